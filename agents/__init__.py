@@ -1,0 +1,1 @@
+"""pdctl package `agents` (see DESIGN.md)."""

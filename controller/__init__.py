@@ -1,0 +1,1 @@
+"""pdctl package `controller` (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""pdctl package `env` (see DESIGN.md)."""

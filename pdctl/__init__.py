@@ -1,0 +1,1 @@
+"""pdctl package `pdctl` (see DESIGN.md)."""

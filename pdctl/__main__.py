@@ -1,0 +1,5 @@
+"""``python -m pdctl``."""
+
+from pdctl.cli import main
+
+main()

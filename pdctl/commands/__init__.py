@@ -1,0 +1,1 @@
+"""pdctl command modules: each exposes ``register(app, name, help_text)``."""

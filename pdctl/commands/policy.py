@@ -1,0 +1,110 @@
+"""``pdctl policy``: validate and show policy files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from policies.policy_file import PolicyFileError, load_policy_file, resolve_policy
+
+__all__ = ["register"]
+
+EXIT_INVALID = 2
+
+
+def _validate(files: list[Path]) -> None:
+    failed = False
+    for path in files:
+        try:
+            resolve_policy(load_policy_file(path), str(path))
+        except PolicyFileError as exc:
+            failed = True
+            for problem in exc.problems:
+                typer.echo(str(problem), err=True)
+        else:
+            typer.echo(f"{path}: ok")
+    if failed:
+        raise typer.Exit(code=EXIT_INVALID)
+
+
+def _fmt_s(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:g} ms"
+
+
+def _show(path: Path) -> None:
+    try:
+        resolved = resolve_policy(load_policy_file(path), str(path))
+    except PolicyFileError as exc:
+        for problem in exc.problems:
+            typer.echo(str(problem), err=True)
+        raise typer.Exit(code=EXIT_INVALID) from None
+    table = Table(title=f"Resolved policy: {path}")
+    for column in (
+        "tenant",
+        "group",
+        "mode",
+        "local ≤",
+        "remote ≥",
+        "queue wait ≤",
+        "output ≥",
+        "pressure",
+        "prefix→local",
+        "traffic %",
+        "models",
+        "buckets",
+        "fallbacks",
+        "SLO ttft/tpot p95",
+    ):
+        table.add_column(column)
+    for name, tp in sorted(resolved.tenants.items()):
+        t = tp.thresholds
+        buckets = ", ".join(
+            f"{b.min_input_tokens}-{'' if b.max_input_tokens is None else b.max_input_tokens}:{b.route.value}"
+            for b in t.buckets
+        )
+        table.add_row(
+            name,
+            tp.tenant.group,
+            "disaggregated" if t.disaggregation_enabled else "aggregated_only",
+            str(t.max_local_input_tokens),
+            str(t.min_remote_input_tokens),
+            _fmt_s(t.max_prefill_queue_wait_s),
+            str(t.min_expected_output_tokens),
+            f"≥{t.decode_pressure_threshold_frac:.0%}" if t.require_decode_pool_pressure else "not required",
+            "yes" if t.prefer_local_on_prefix_hit else "no",
+            f"{t.traffic_percent:g}",
+            "all" if t.enabled_models is None else ",".join(sorted(t.enabled_models)),
+            buckets or "-",
+            f"{t.on_kv_transfer_timeout.value} / {t.on_prefill_queue_overload.value}",
+            f"{_fmt_s(tp.tenant.slo.ttft_p95_s)} / {_fmt_s(tp.tenant.slo.tpot_p95_s)}",
+        )
+    console = Console(width=240)
+    console.print(table)
+    for group in resolved.groups.values():
+        console.print(
+            f"group {group.name}: {group.gpu_budget} GPUs, "
+            f"prefill {group.min_prefill}-{group.max_prefill or 'budget'}, "
+            f"decode {group.min_decode}-{group.max_decode or 'budget'}, tenants {', '.join(group.tenants) or '-'}"
+        )
+    if resolved.expires_at is not None:
+        console.print(f"expires at {resolved.expires_at.isoformat()}")
+
+
+def register(app: typer.Typer, name: str, help_text: str) -> None:
+    """Add the ``policy`` command group to ``app``."""
+    group = typer.Typer(help=help_text, no_args_is_help=True)
+
+    @group.command("validate")
+    def validate(files: list[Path] = typer.Argument(..., help="Policy files to validate.")) -> None:  # noqa: B008
+        """Validate policy files; exit 0 if all are valid, 2 otherwise (one line per problem)."""
+        _validate(files)
+
+    @group.command("show")
+    def show(file: Path = typer.Argument(..., help="Policy file.")) -> None:  # noqa: B008
+        """Print the resolved policy per tenant."""
+        _show(file)
+
+    app.add_typer(group, name=name)

@@ -1,0 +1,1 @@
+"""pdctl package `router` (see DESIGN.md)."""
