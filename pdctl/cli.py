@@ -8,7 +8,6 @@ when they run.
 from __future__ import annotations
 
 import importlib
-import sys
 
 import typer
 
@@ -70,4 +69,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -282,21 +282,23 @@ class PolicyFile(_Strict):
         _no_duplicates([g.name for g in value], "tenant group")
         return value
 
-    @model_validator(mode="after")
-    def _cross_references(self) -> PolicyFile:
-        tenant_names = {t.name for t in self.tenants} | {DEFAULT_TENANT}
-        group_names = {g.name for g in self.tenant_groups}
-        for tenant in self.tenants:
-            if tenant.group is not None and group_names and tenant.group not in group_names:
-                raise ValueError(f"tenant {tenant.name!r} names unknown tenant group {tenant.group!r}")
-        for rule in self.routes:
-            if rule.tenant not in tenant_names:
-                raise ValueError(f"route for model {rule.model!r} names unknown tenant {rule.tenant!r}")
-        return self
-
     def is_expired(self, now: datetime) -> bool:
         """Whether this file's ``expires_at`` has passed at ``now``."""
         return self.expires_at is not None and now >= self.expires_at
+
+
+def cross_reference_problems(policy: PolicyFile) -> list[tuple[tuple[str | int, ...], str]]:
+    """Problems between parts of a file (unknown groups or tenants named elsewhere), with their locations."""
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    tenant_names = {t.name for t in policy.tenants} | {DEFAULT_TENANT}
+    group_names = {g.name for g in policy.tenant_groups}
+    for index, tenant in enumerate(policy.tenants):
+        if tenant.group is not None and group_names and tenant.group not in group_names:
+            problems.append((("tenants", index, "group"), f"unknown tenant group {tenant.group!r}"))
+    for index, rule in enumerate(policy.routes):
+        if rule.tenant not in tenant_names:
+            problems.append((("routes", index, "tenant"), f"unknown tenant {rule.tenant!r}"))
+    return problems
 
 
 def _no_duplicates(names: Sequence[str], what: str) -> None:
@@ -423,6 +425,8 @@ def resolve_policy(policy: PolicyFile, source: str = "") -> ResolvedPolicy:
 
 
 def _resolve(policy: PolicyFile, source: str) -> ResolvedPolicy:
+    for loc, message in cross_reference_problems(policy):
+        raise _ResolveError(loc, message)
     top_values = _apply_level(policy.mode, policy.pd_disaggregation_policy, policy.fallback, policy.rollout)
     top = _thresholds(RoutingThresholds(), top_values, ("pd_disaggregation_policy",))
     default_slo = policy.slo.to_slo() if policy.slo is not None else Slo()
@@ -576,7 +580,7 @@ def load_policy_text(text: str, source: str = "<string>") -> PolicyFile:
     if problems:
         raise PolicyFileError(problems)
     try:
-        return PolicyFile.model_validate(data)
+        policy = PolicyFile.model_validate(data)
     except ValidationError as exc:
         raise PolicyFileError(
             [
@@ -584,6 +588,14 @@ def load_policy_text(text: str, source: str = "<string>") -> PolicyFile:
                 for err in exc.errors(include_url=False)
             ]
         ) from None
+    cross = cross_reference_problems(policy)
+    if cross:
+        raise PolicyFileError([PolicyProblem(source, index.line_of(loc), _dotted(loc), msg) for loc, msg in cross])
+    try:
+        _resolve(policy, source)  # conflicts between levels (e.g. an inverted tenant threshold), with their line
+    except _ResolveError as exc:
+        raise PolicyFileError([PolicyProblem(source, index.line_of(exc.loc), _dotted(exc.loc), str(exc))]) from None
+    return policy
 
 
 def _message(err: Mapping[str, Any]) -> str:

@@ -1,0 +1,1 @@
+"""Shipped example policy files (package data)."""
