@@ -10,6 +10,9 @@ Format (every key optional unless noted; ``*_ms`` keys are milliseconds, convert
     mode: disaggregated | aggregated_only      # aggregated_only = one-step rollback, every tenant local
     expires_at: 2026-12-01T00:00:00Z           # overrides: ignored after this instant
     pd_disaggregation_policy:                  # the seed block: defaults for every tenant
+      rule: pdctl | aggregated_only | always_remote | llmd_noncached | dynamo_isl_bounding
+            | dynamo_isl_or_load | dynamo_legacy   # per-request rule (policies.routing); peers' rules = baselines
+      baseline_params: {uncached_ratio_threshold_frac, max_prefill_queue_requests, prefill_busy_factor}
       remote_prefill: {min_input_tokens, max_prefill_queue_wait_ms, min_expected_output_tokens,
                        require_decode_pool_pressure, decode_pressure_threshold_perc}
       local_prefill: {max_input_tokens, prefer_when_prefix_cache_hit}
@@ -51,7 +54,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from policies.schema import FallbackAction, LengthBucket, Route, RoutingThresholds, Slo, Tenant, TenantGroup
+from policies.schema import FallbackAction, LengthBucket, Route, RouteRule, RoutingThresholds, Slo, Tenant, TenantGroup
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -72,6 +75,15 @@ FallbackName = Literal["local_aggregated_serving", "local_prefill", "retry_remot
 LocalFallbackName = Literal["local_aggregated_serving", "local_prefill"]
 RouteName = Literal["remote_prefill", "local_prefill"]
 ModeName = Literal["disaggregated", "aggregated_only"]
+RouteRuleName = Literal[
+    "pdctl",
+    "aggregated_only",
+    "always_remote",
+    "llmd_noncached",
+    "dynamo_isl_bounding",
+    "dynamo_isl_or_load",
+    "dynamo_legacy",
+]
 
 
 class _Strict(BaseModel):
@@ -99,11 +111,21 @@ class LocalPrefillBlock(_Strict):
     prefer_when_prefix_cache_hit: bool | None = None
 
 
-class DisaggregationBlock(_Strict):
-    """The seed's ``pd_disaggregation_policy`` block."""
+class BaselineParamsBlock(_Strict):
+    """Parameters only the peer-system route rules read (``pd_disaggregation_policy.baseline_params``)."""
 
+    uncached_ratio_threshold_frac: Annotated[float, Field(ge=0, le=1)] | None = None
+    max_prefill_queue_requests: NonNegInt | None = None
+    prefill_busy_factor: NonNegFloat | None = None
+
+
+class DisaggregationBlock(_Strict):
+    """The seed's ``pd_disaggregation_policy`` block (plus ``rule`` and ``baseline_params``)."""
+
+    rule: RouteRuleName | None = None
     remote_prefill: RemotePrefillBlock = RemotePrefillBlock()
     local_prefill: LocalPrefillBlock = LocalPrefillBlock()
+    baseline_params: BaselineParamsBlock = BaselineParamsBlock()
 
     @model_validator(mode="after")
     def _not_inverted(self) -> DisaggregationBlock:
@@ -241,7 +263,7 @@ class TenantBlock(_Strict):
     prompt_length_buckets: list[BucketBlock] = []
 
 
-class RouteRule(_Strict):
+class ModelRoute(_Strict):
     """A model → tenant rule for requests that carry no tenant id."""
 
     model: Annotated[str, Field(min_length=1)]
@@ -261,7 +283,7 @@ class PolicyFile(_Strict):
     slo: SloBlock | None = None
     tenant_groups: list[TenantGroupBlock] = []
     tenants: list[TenantBlock] = []
-    routes: list[RouteRule] = []
+    routes: list[ModelRoute] = []
 
     @field_validator("expires_at")
     @classmethod
@@ -353,40 +375,45 @@ class ResolvedPolicy:
         return policy.thresholds
 
 
+# (block attribute path, RoutingThresholds field, conversion) for the plain one-to-one fields
+_FIELD_MAP: tuple[tuple[str, str, Any], ...] = (
+    ("pd.baseline_params.uncached_ratio_threshold_frac", "uncached_ratio_threshold_frac", float),
+    ("pd.baseline_params.max_prefill_queue_requests", "max_prefill_queue_requests", int),
+    ("pd.baseline_params.prefill_busy_factor", "prefill_busy_factor", float),
+    ("pd.rule", "rule", RouteRule),
+    ("pd.remote_prefill.min_input_tokens", "min_remote_input_tokens", int),
+    ("pd.remote_prefill.max_prefill_queue_wait_ms", "max_prefill_queue_wait_s", lambda ms: ms / 1000.0),
+    ("pd.remote_prefill.min_expected_output_tokens", "min_expected_output_tokens", int),
+    ("pd.remote_prefill.require_decode_pool_pressure", "require_decode_pool_pressure", bool),
+    ("pd.remote_prefill.decode_pressure_threshold_perc", "decode_pressure_threshold_frac", lambda p: p / 100.0),
+    ("pd.local_prefill.max_input_tokens", "max_local_input_tokens", int),
+    ("pd.local_prefill.prefer_when_prefix_cache_hit", "prefer_local_on_prefix_hit", bool),
+    ("fallback.on_kv_transfer_timeout", "on_kv_transfer_timeout", FallbackAction),
+    ("fallback.on_prefill_queue_overload", "on_prefill_queue_overload", FallbackAction),
+    ("rollout.enabled_models", "enabled_models", frozenset),
+    ("rollout.traffic_percent", "traffic_percent", float),
+    # the rollout trigger comes after remote_prefill.min_input_tokens: it wins at the same level
+    ("rollout.remote_prefill_when.input_tokens_gte", "min_remote_input_tokens", int),
+)
+
+
 def _apply_level(
     mode: str | None,
     pd: DisaggregationBlock,
     fallback: FallbackBlock,
     rollout: RolloutBlock,
 ) -> dict[str, Any]:
+    blocks = {"pd": pd, "fallback": fallback, "rollout": rollout}
     values: dict[str, Any] = {}
     if mode is not None:
         values["disaggregation_enabled"] = mode != "aggregated_only"
-    remote, local = pd.remote_prefill, pd.local_prefill
-    if remote.min_input_tokens is not None:
-        values["min_remote_input_tokens"] = remote.min_input_tokens
-    if remote.max_prefill_queue_wait_ms is not None:
-        values["max_prefill_queue_wait_s"] = remote.max_prefill_queue_wait_ms / 1000.0
-    if remote.min_expected_output_tokens is not None:
-        values["min_expected_output_tokens"] = remote.min_expected_output_tokens
-    if remote.require_decode_pool_pressure is not None:
-        values["require_decode_pool_pressure"] = remote.require_decode_pool_pressure
-    if remote.decode_pressure_threshold_perc is not None:
-        values["decode_pressure_threshold_frac"] = remote.decode_pressure_threshold_perc / 100.0
-    if local.max_input_tokens is not None:
-        values["max_local_input_tokens"] = local.max_input_tokens
-    if local.prefer_when_prefix_cache_hit is not None:
-        values["prefer_local_on_prefix_hit"] = local.prefer_when_prefix_cache_hit
-    if fallback.on_kv_transfer_timeout is not None:
-        values["on_kv_transfer_timeout"] = FallbackAction(fallback.on_kv_transfer_timeout)
-    if fallback.on_prefill_queue_overload is not None:
-        values["on_prefill_queue_overload"] = FallbackAction(fallback.on_prefill_queue_overload)
-    if rollout.enabled_models is not None:
-        values["enabled_models"] = frozenset(rollout.enabled_models)
-    if rollout.traffic_percent is not None:
-        values["traffic_percent"] = float(rollout.traffic_percent)
-    if rollout.remote_prefill_when.input_tokens_gte is not None:
-        values["min_remote_input_tokens"] = rollout.remote_prefill_when.input_tokens_gte
+    for path, name, convert in _FIELD_MAP:
+        head, *rest = path.split(".")
+        value: Any = blocks[head]
+        for part in rest:
+            value = getattr(value, part)
+        if value is not None:
+            values[name] = convert(value)
     if rollout.fallback_to_aggregated is False and fallback.on_kv_transfer_timeout is None:
         values["on_kv_transfer_timeout"] = FallbackAction.RETRY_REMOTE_PREFILL
     return values

@@ -27,13 +27,27 @@ Order of the checks (first match wins):
     (the cheaper, transfer-free side).
 
 Unknown live values (``None``) never block the remote path by themselves, except in the gap (rule 11).
+
+Rules 1-5 hold for every :class:`~policies.schema.RouteRule` (they are facts of the deployment: rollback,
+rollout scope, a broken transfer path, no prefill capacity). From rule 6 on, a peer-system baseline rule
+replaces this project's rules, reading its parameters from the same thresholds:
+
+* ``aggregated_only``: local. ``always_remote`` (B1): remote.
+* ``llmd_noncached`` (B2): remote iff uncached ≥ ``min_remote_input_tokens``.
+* ``dynamo_isl_bounding`` (B3): local iff uncached < ``min_remote_input_tokens`` and
+  uncached / input < ``uncached_ratio_threshold_frac``; else remote.
+* ``dynamo_isl_or_load`` (B4): local iff (the B3 bypass holds, or the prefill instance is busy:
+  ``prefill_active_tokens`` > ``prefill_busy_factor`` × ``prefill_max_batched_tokens``) and the decode instance
+  is not busy (``decode_kv_usage_frac`` ≤ ``decode_pressure_threshold_frac``); else remote.
+* ``dynamo_legacy`` (B5): remote iff uncached > ``max_local_input_tokens`` and
+  ``prefill_queue_requests`` < ``max_prefill_queue_requests`` (unknown queue counts as empty).
 """
 
 from __future__ import annotations
 
 import zlib
 
-from policies.schema import LiveState, RequestFeatures, Route, RouteDecision, RouteReason, RoutingThresholds
+from policies.schema import LiveState, RequestFeatures, Route, RouteDecision, RouteReason, RouteRule, RoutingThresholds
 
 __all__ = ["decide_route", "rollout_sampled"]
 
@@ -70,6 +84,8 @@ def decide_route(  # noqa: C901 - a flat, documented rule list reads best as one
     if live.num_prefill_instances <= 0:
         return _DECISIONS[_LOCAL, RouteReason.NO_PREFILL_INSTANCE]
     input_tokens = max(features.input_tokens, 0)
+    if t.rule is not RouteRule.PDCTL:
+        return _baseline_route(input_tokens, t, live)
     for bucket in t.buckets:
         if bucket.contains(input_tokens):
             return _DECISIONS[bucket.route, RouteReason.BUCKET_RULE]
@@ -93,3 +109,44 @@ def decide_route(  # noqa: C901 - a flat, documented rule list reads best as one
     if pressure is not None and pressure >= t.decode_pressure_threshold_frac:
         return _DECISIONS[_REMOTE, RouteReason.GAP_DECODE_PRESSURE]
     return _DECISIONS[_LOCAL, RouteReason.GAP_NO_PRESSURE]
+
+
+def _baseline_route(input_tokens: int, t: RoutingThresholds, live: LiveState) -> RouteDecision:
+    """Peer-system rules B1-B5 (see the module docstring)."""
+    rule = t.rule
+    if rule is RouteRule.AGGREGATED_ONLY:
+        return _DECISIONS[_LOCAL, RouteReason.BASELINE_AGGREGATED]
+    if rule is RouteRule.ALWAYS_REMOTE:
+        return _DECISIONS[_REMOTE, RouteReason.BASELINE_ALWAYS_REMOTE]
+    uncached = max(input_tokens - max(live.prefix_hit_tokens, 0), 0)
+    if rule is RouteRule.LLMD_NONCACHED:
+        if uncached >= t.min_remote_input_tokens:
+            return _DECISIONS[_REMOTE, RouteReason.BASELINE_UNCACHED_ABOVE]
+        return _DECISIONS[_LOCAL, RouteReason.BASELINE_UNCACHED_BELOW]
+    if rule is RouteRule.DYNAMO_LEGACY:
+        if uncached <= t.max_local_input_tokens:
+            return _DECISIONS[_LOCAL, RouteReason.BASELINE_UNCACHED_BELOW]
+        queued = live.prefill_queue_requests or 0
+        if queued >= t.max_prefill_queue_requests:
+            return _DECISIONS[_LOCAL, RouteReason.BASELINE_PREFILL_QUEUE_FULL]
+        return _DECISIONS[_REMOTE, RouteReason.BASELINE_UNCACHED_ABOVE]
+    ratio = uncached / input_tokens if input_tokens > 0 else 0.0
+    isl_bypass = uncached < t.min_remote_input_tokens and ratio < t.uncached_ratio_threshold_frac
+    if rule is RouteRule.DYNAMO_ISL_BOUNDING:
+        if isl_bypass:
+            return _DECISIONS[_LOCAL, RouteReason.BASELINE_ISL_BOUNDED]
+        return _DECISIONS[_REMOTE, RouteReason.BASELINE_UNCACHED_ABOVE]
+    # DYNAMO_ISL_OR_LOAD
+    prefill_busy = (
+        live.prefill_active_tokens is not None
+        and live.prefill_max_batched_tokens is not None
+        and live.prefill_active_tokens > t.prefill_busy_factor * live.prefill_max_batched_tokens
+    )
+    if not (isl_bypass or prefill_busy):
+        return _DECISIONS[_REMOTE, RouteReason.BASELINE_UNCACHED_ABOVE]
+    decode_usage = live.decode_kv_usage_frac if live.decode_kv_usage_frac is not None else live.decode_pressure_frac
+    if decode_usage is not None and decode_usage > t.decode_pressure_threshold_frac:
+        return _DECISIONS[_REMOTE, RouteReason.BASELINE_DECODE_BUSY_VETO]
+    if isl_bypass:
+        return _DECISIONS[_LOCAL, RouteReason.BASELINE_ISL_BOUNDED]
+    return _DECISIONS[_LOCAL, RouteReason.BASELINE_PREFILL_BUSY]

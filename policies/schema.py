@@ -18,6 +18,7 @@ __all__ = [
     "ControlAction",
     "FallbackAction",
     "GroupWindow",
+    "LengthBucket",
     "LiveState",
     "MetricWindow",
     "PoolTargets",
@@ -25,6 +26,7 @@ __all__ = [
     "Route",
     "RouteDecision",
     "RouteReason",
+    "RouteRule",
     "RoutingThresholds",
     "Slo",
     "Tenant",
@@ -65,6 +67,37 @@ class RouteReason(enum.StrEnum):
     BUCKET_RULE = "bucket_rule"
     FALLBACK_TRANSFER_FAILED = "fallback_transfer_failed"
     FALLBACK_PREFILL_ERROR = "fallback_prefill_error"
+    BASELINE_ALWAYS_REMOTE = "baseline_always_remote"
+    BASELINE_AGGREGATED = "baseline_aggregated"
+    BASELINE_UNCACHED_ABOVE = "baseline_uncached_above"
+    BASELINE_UNCACHED_BELOW = "baseline_uncached_below"
+    BASELINE_ISL_BOUNDED = "baseline_isl_bounded"
+    BASELINE_PREFILL_BUSY = "baseline_prefill_busy"
+    BASELINE_DECODE_BUSY_VETO = "baseline_decode_busy_veto"
+    BASELINE_PREFILL_QUEUE_FULL = "baseline_prefill_queue_full"
+
+
+class RouteRule(enum.StrEnum):
+    """Which per-request rule :func:`policies.routing.decide_route` applies.
+
+    ``pdctl`` is this project's rule (the seed's policy, documented in :mod:`policies.routing`); the others are
+    the peer systems' rules, kept in the same core so that baselines are evaluated by the very same simulator
+    and router code paths (``../shared/reference/peer-systems.md`` §8, ids B1-B5).
+    """
+
+    PDCTL = "pdctl"
+    AGGREGATED_ONLY = "aggregated_only"
+    """Always local (the aggregated-serving baseline)."""
+    ALWAYS_REMOTE = "always_remote"
+    """B1: vLLM production-stack / SGLang: every request prefilled remotely."""
+    LLMD_NONCACHED = "llmd_noncached"
+    """B2: llm-d ``prefix-based-pd-decider``: remote iff uncached ≥ ``min_remote_input_tokens`` (N)."""
+    DYNAMO_ISL_BOUNDING = "dynamo_isl_bounding"
+    """B3: Dynamo ``isl_bounding``: local iff eff. ISL < ``min_remote_input_tokens`` and eff/prompt < ratio."""
+    DYNAMO_ISL_OR_LOAD = "dynamo_isl_or_load"
+    """B4: Dynamo ``isl_or_load`` with the decode-busy gate."""
+    DYNAMO_LEGACY = "dynamo_legacy"
+    """B5: legacy Dynamo: remote iff uncached > ``max_local_input_tokens`` and prefill queue < max requests."""
 
 
 class FallbackAction(enum.StrEnum):
@@ -130,6 +163,14 @@ class RoutingThresholds:
     """Models for which disaggregation may be used; ``None`` = all models."""
     buckets: tuple[LengthBucket, ...] = ()
     """Prompt-length buckets with a fixed route; the first bucket containing the input length wins."""
+    rule: RouteRule = RouteRule.PDCTL
+    """The per-request rule; peer-system baselines reuse the thresholds above as their parameters."""
+    uncached_ratio_threshold_frac: float = 0.7
+    """Dynamo ``isl_bounding``: local only if uncached / prompt is below this."""
+    max_prefill_queue_requests: int = 2
+    """Legacy Dynamo: remote only while the prefill queue holds fewer requests than this."""
+    prefill_busy_factor: float = 16.0
+    """Dynamo ``isl_or_load``: a prefill instance is busy when active tokens > factor × max batched tokens."""
 
     def __post_init__(self) -> None:
         if self.min_remote_input_tokens < 0 or self.max_local_input_tokens < 0:
@@ -142,6 +183,10 @@ class RoutingThresholds:
             raise ValueError("decode_pressure_threshold_frac must be within 0-1")
         if self.max_prefill_queue_wait_s < 0 or self.min_expected_output_tokens < 0:
             raise ValueError("thresholds must be >= 0")
+        if not 0.0 <= self.uncached_ratio_threshold_frac <= 1.0:
+            raise ValueError("uncached_ratio_threshold_frac must be within 0-1")
+        if self.max_prefill_queue_requests < 0 or self.prefill_busy_factor < 0:
+            raise ValueError("max_prefill_queue_requests and prefill_busy_factor must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +225,10 @@ class LiveState:
         prefix_hit_tokens: prompt tokens already cached on the chosen decode instance.
         kv_transfer_healthy: whether the prefill→decode transfer path is currently healthy.
         num_prefill_instances: healthy prefill instances able to take the request.
+        prefill_queue_requests: requests waiting on the chosen prefill instance (legacy Dynamo rule).
+        prefill_active_tokens: prompt tokens queued or running on the chosen prefill instance (Dynamo load rule).
+        prefill_max_batched_tokens: that instance's ``max_num_batched_tokens``.
+        decode_kv_usage_frac: KV usage of the chosen decode instance with this request added (decode-busy gate).
     """
 
     prefill_queue_wait_s: float | None = None
@@ -187,6 +236,10 @@ class LiveState:
     prefix_hit_tokens: int = 0
     kv_transfer_healthy: bool = True
     num_prefill_instances: int = 1
+    prefill_queue_requests: int | None = None
+    prefill_active_tokens: float | None = None
+    prefill_max_batched_tokens: int | None = None
+    decode_kv_usage_frac: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
