@@ -6,8 +6,16 @@ from dataclasses import replace
 
 import pytest
 
-from policies import LiveState, RequestFeatures, Route, RouteReason, RoutingThresholds, decide_route
-from policies import load_policy_text, resolve_policy
+from policies import (
+    LiveState,
+    RequestFeatures,
+    Route,
+    RouteReason,
+    RoutingThresholds,
+    decide_route,
+    load_policy_text,
+    resolve_policy,
+)
 from policies.schema import RouteRule
 
 
