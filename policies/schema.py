@@ -356,6 +356,10 @@ class GroupWindow:
     kv_transfer_time_p95_s: float | None = None
     kv_transfer_failure_frac: float | None = None
     prefix_cache_hit_frac: float | None = None
+    prefill_queue_requests: float | None = None
+    """Requests waiting on the prefill pool (sum over instances, ``vllm:num_requests_waiting``)."""
+    decode_queue_requests: float | None = None
+    """Requests waiting on the decode pool (sum over instances)."""
 
 
 @dataclass(frozen=True, slots=True)
