@@ -1,0 +1,680 @@
+"""One inference instance's engine: a vLLM-V1-like scheduler over a performance model.
+
+This is the single copy of the per-instance scheduling logic. The discrete-event simulator
+(:mod:`env.sim.simulator`) drives it in simulated time; the emulator drives it from a real-time loop. Both use
+the same calls, so a policy sees the same engine behaviour in training, evaluation and emulation.
+
+Scheduling (one *step* = one forward pass), following vLLM V1:
+
+* **Continuous batching.** Every step first gives one token to each decoding sequence (decode first), then
+  continues running prefills in admission order (chunked prefill within ``max_num_batched_tokens``), then admits
+  waiting requests first-come-first-served while the token budget, ``max_num_seqs`` and KV capacity allow.
+* **Prefix cache.** On first admission a request's prompt block hashes are looked up in an LRU cache of blocks
+  (``hash_ids`` with ``hash_block_tokens`` tokens each); the longest cached prefix is skipped (at least the last
+  prompt token is always computed). Finished prompts insert their blocks. Cached blocks live in free KV space
+  and are evicted LRU-first when running requests need it.
+* **KV accounting** in tokens: a prefilling request holds its computed tokens, a decoding request its context,
+  a *prefill-only* request (remote prefill) holds its prompt until :meth:`InstanceEngine.release`.
+* **Preemption by recompute.** When the next step's KV does not fit, the most recently admitted running request
+  is preempted: its KV is freed and it goes back to the front of the waiting queue; when rescheduled it
+  recomputes its prompt plus the tokens it had generated, then continues.
+* **Request kinds.** ``prefill_only`` (on a prefill instance: finishes after its prefill, emitting its one
+  token, KV pinned for the transfer); ``kv_ready`` (on a decode instance: KV arrived by transfer, joins the decode
+  batch directly and emits its first token in that step); otherwise aggregated (local prefill then decode).
+
+Emulator-facing API (step at a time)::
+
+    engine = InstanceEngine(config, model)            # model: env.perf ExecutionTimeModel
+    engine.add_request(EngineRequest(...), now_s)     # queue a request
+    result = engine.step(now_s, report_tokens=True)   # None when idle; else StepResult
+    #   result.duration_s: the step's execution time; the step ends at result.end_s
+    #   result.emitted: request ids that received one token in this step
+    #   result.first_token: ids whose first token this is; result.prefill_done: prefill-only ids now pinned
+    #   result.finished: EngineRequest objects that completed (timestamps filled)
+    engine.release(request_id)                        # free a prefill-only request's pinned KV
+    engine.abort(request_id)                          # drop a request wherever it is
+    engine.prefix_hit_tokens(hash_ids, block_tokens, prompt_tokens)  # cache query without side effects
+    engine.kv_usage_frac, engine.num_running, engine.num_waiting, engine.queued_prefill_tokens
+
+Fast path (simulator only): when no prefill runs and the waiting queue cannot be admitted, the decode batch
+repeats one step with every context one token longer; the step time is affine in the total context
+(``A + K C``), so ``n`` steps take ``n A + K (n C0 + B n (n - 1) / 2)``. :meth:`InstanceEngine.plan_decode_run`
+returns how many such steps can run before the next completion or KV exhaustion and how long they take;
+:meth:`InstanceEngine.commit_decode_run` applies them (possibly fewer, when an arrival interrupts the run:
+:meth:`InstanceEngine.steps_covering`). A global step counter lets every decoding request's progress be derived
+(``generated = generated_at_join + steps - join_step``), so a run costs O(1) plus O(log B) per completion.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from env.perf.model import ExecutionTimeModel
+from env.sim.telemetry import InstanceCounters
+
+__all__ = [
+    "DecodeRun",
+    "EngineConfig",
+    "EngineRequest",
+    "InstanceEngine",
+    "Phase",
+    "StepResult",
+]
+
+
+class Phase:
+    """Request phases inside an engine (small ints for speed)."""
+
+    WAITING = 0
+    PREFILLING = 1
+    DECODING = 2
+    PINNED = 3
+    """Prefill-only request done; its KV is held until released."""
+    FINISHED = 4
+    ABORTED = 5
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Static configuration of one instance's engine.
+
+    Attributes:
+        kv_capacity_tokens: KV-cache capacity in tokens.
+        max_num_seqs: maximum running requests (prefilling plus decoding).
+        max_num_batched_tokens: token budget of one step.
+        enable_prefix_caching: look up and insert prompt blocks.
+        max_cached_blocks: cap on prefix-cache entries (bounds memory of the simulation itself).
+    """
+
+    kv_capacity_tokens: int
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    enable_prefix_caching: bool = True
+    max_cached_blocks: int = 200_000
+
+    def __post_init__(self) -> None:
+        if self.kv_capacity_tokens < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
+            raise ValueError("kv_capacity_tokens, max_num_seqs and max_num_batched_tokens must be >= 1")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError("max_num_batched_tokens must be >= max_num_seqs (every decode needs a token)")
+
+
+class EngineRequest:
+    """One request inside an engine, with its progress and timestamps (seconds).
+
+    Construct with the request's shape; the engine fills the rest. ``tag`` is the caller's payload.
+    """
+
+    __slots__ = (
+        "_order",
+        "cached_tokens",
+        "ctx_at_join",
+        "finish_step",
+        "finished_s",
+        "first_scheduled_s",
+        "first_token_s",
+        "gen_at_join",
+        "generated",
+        "hash_block_tokens",
+        "hash_ids",
+        "join_step",
+        "kv_ready",
+        "num_computed",
+        "num_preemptions",
+        "output_tokens",
+        "phase",
+        "prefill_done_s",
+        "prefill_only",
+        "prompt_tokens",
+        "queued_s",
+        "request_id",
+        "tag",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_tokens: int,
+        output_tokens: int,
+        hash_ids: Sequence[int] = (),
+        hash_block_tokens: int = 512,
+        prefill_only: bool = False,
+        kv_ready: bool = False,
+        tag: Any = None,
+    ) -> None:
+        if prompt_tokens < 1:
+            raise ValueError(f"request {request_id}: prompt_tokens must be >= 1")
+        self.request_id = request_id
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = 1 if prefill_only else max(output_tokens, 1)
+        self.hash_ids = hash_ids
+        self.hash_block_tokens = hash_block_tokens
+        self.prefill_only = prefill_only
+        self.kv_ready = kv_ready
+        self.tag = tag
+        self.phase = Phase.WAITING
+        self.num_computed = 0
+        self.cached_tokens = -1
+        self.generated = 0
+        self.gen_at_join = 0
+        self.ctx_at_join = 0
+        self.join_step = 0
+        self.finish_step = 0
+        self.num_preemptions = 0
+        self.queued_s = math.nan
+        self.first_scheduled_s = math.nan
+        self.prefill_done_s = math.nan
+        self.first_token_s = math.nan
+        self.finished_s = math.nan
+        self._order = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"EngineRequest({self.request_id!r}, prompt={self.prompt_tokens}, out={self.output_tokens}, "
+            f"phase={self.phase}, generated={self.generated})"
+        )
+
+
+@dataclass(slots=True)
+class StepResult:
+    """Outcome of one engine step.
+
+    Attributes:
+        start_s: when the step started.
+        duration_s: its execution time.
+        num_tokens: tokens scheduled.
+        decode_batch: decoding sequences in the step.
+        prefill_tokens: prefill-chunk tokens in the step.
+        emitted: ids that received one output token (only with ``report_tokens``).
+        first_token: ids whose first token was emitted in this step.
+        prefill_done: prefill-only requests whose prefill completed (KV now pinned).
+        finished: requests that completed.
+        preempted: ids preempted before the step.
+    """
+
+    start_s: float
+    duration_s: float
+    num_tokens: int
+    decode_batch: int
+    prefill_tokens: int
+    emitted: list[str] = field(default_factory=list)
+    first_token: list[str] = field(default_factory=list)
+    prefill_done: list[EngineRequest] = field(default_factory=list)
+    finished: list[EngineRequest] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+
+    @property
+    def end_s(self) -> float:
+        """When the step ends."""
+        return self.start_s + self.duration_s
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeRun:
+    """A planned run of identical-composition decode steps."""
+
+    num_steps: int
+    duration_s: float
+    decode_batch: int
+    start_context_tokens: int
+    a_s: float
+    k_s: float
+
+    def time_after_s(self, steps: int) -> float:
+        """Duration of the first ``steps`` steps of the run."""
+        n, b = steps, self.decode_batch
+        return n * self.a_s + self.k_s * (n * self.start_context_tokens + b * n * (n - 1) / 2.0)
+
+
+class InstanceEngine:
+    """Scheduler state of one instance (see the module docstring for the rules and the API)."""
+
+    def __init__(self, config: EngineConfig, model: ExecutionTimeModel, counters: InstanceCounters | None = None):
+        self.config = config
+        self.model = model
+        self.counters = counters if counters is not None else InstanceCounters()
+        self.steps = 0
+        self._waiting: deque[EngineRequest] = deque()
+        self._prefilling: list[EngineRequest] = []
+        self._decoding: dict[str, EngineRequest] = {}
+        self._pinned: dict[str, EngineRequest] = {}
+        self._finish_heap: list[tuple[int, int, EngineRequest]] = []
+        self._awaiting_first: list[EngineRequest] = []
+        self._ctx_offset = 0
+        self._kv_static = 0
+        self._queued_prefill = 0
+        self._order = 0
+        self._cache: OrderedDict[int, int] = OrderedDict()
+        self._cache_tokens = 0
+        self._by_id: dict[str, EngineRequest] = {}
+
+    # ------------------------------------------------------------------------------------------------ queries
+
+    @property
+    def num_decoding(self) -> int:
+        """Requests in the decode batch."""
+        return len(self._decoding)
+
+    @property
+    def num_running(self) -> int:
+        """Running requests (prefilling plus decoding), as ``vllm:num_requests_running``."""
+        return len(self._decoding) + len(self._prefilling)
+
+    @property
+    def num_waiting(self) -> int:
+        """Waiting requests, as ``vllm:num_requests_waiting``."""
+        return len(self._waiting)
+
+    @property
+    def num_pinned(self) -> int:
+        """Prefill-only requests holding KV for a transfer."""
+        return len(self._pinned)
+
+    @property
+    def queued_prefill_tokens(self) -> int:
+        """Prompt tokens still to compute (waiting plus running prefills)."""
+        return self._queued_prefill
+
+    @property
+    def context_tokens(self) -> int:
+        """Total context of the decode batch."""
+        return self._ctx_offset + len(self._decoding) * self.steps
+
+    @property
+    def kv_used_tokens(self) -> int:
+        """KV tokens held by running and pinned requests."""
+        return self._kv_static + self.context_tokens
+
+    @property
+    def kv_usage_frac(self) -> float:
+        """KV usage 0-1, as ``vllm:kv_cache_usage_perc``."""
+        return min(self.kv_used_tokens / self.config.kv_capacity_tokens, 1.0)
+
+    @property
+    def is_idle(self) -> bool:
+        """No work to schedule (pinned KV may remain)."""
+        return not (self._waiting or self._prefilling or self._decoding)
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing held at all: safe to stop or change role."""
+        return self.is_idle and not self._pinned
+
+    def generated_tokens(self, request: EngineRequest) -> int:
+        """Output tokens emitted so far by ``request``."""
+        if request.phase == Phase.DECODING:
+            return request.gen_at_join + self.steps - request.join_step
+        return request.generated
+
+    def prefix_hit_tokens(self, hash_ids: Sequence[int], block_tokens: int, prompt_tokens: int) -> int:
+        """Prompt tokens this instance's prefix cache would supply (no side effects)."""
+        if not hash_ids or not self.config.enable_prefix_caching:
+            return 0
+        cache = self._cache
+        hits = 0
+        for h in hash_ids:
+            if h not in cache:
+                break
+            hits += 1
+        return min(hits * block_tokens, prompt_tokens - 1)
+
+    def get(self, request_id: str) -> EngineRequest | None:
+        """The request with this id, if the engine holds it."""
+        return self._by_id.get(request_id)
+
+    # ------------------------------------------------------------------------------------------------ changes
+
+    def add_request(self, request: EngineRequest, now_s: float) -> None:
+        """Queue a request (it is considered from the next step on)."""
+        if request.request_id in self._by_id:
+            raise ValueError(f"request {request.request_id} is already in this engine")
+        request.phase = Phase.WAITING
+        request.queued_s = now_s
+        self._order += 1
+        request._order = self._order
+        self._waiting.append(request)
+        self._by_id[request.request_id] = request
+        if not request.kv_ready:
+            self._queued_prefill += request.prompt_tokens
+
+    def release(self, request_id: str) -> None:
+        """Free the pinned KV of a prefill-only request (after its transfer, or when abandoned)."""
+        request = self._pinned.pop(request_id, None)
+        if request is None:
+            return
+        self._kv_static -= request.num_computed
+        request.phase = Phase.FINISHED
+        del self._by_id[request_id]
+
+    def abort(self, request_id: str) -> EngineRequest | None:
+        """Remove a request wherever it is; returns it (or None when unknown)."""
+        request = self._by_id.pop(request_id, None)
+        if request is None:
+            return None
+        phase = request.phase
+        if phase == Phase.WAITING:
+            self._waiting.remove(request)
+            if not request.kv_ready:
+                self._queued_prefill -= request.prompt_tokens + request.generated - request.num_computed
+        elif phase == Phase.PREFILLING:
+            self._prefilling.remove(request)
+            self._kv_static -= request.num_computed
+            self._queued_prefill -= self._prefill_target(request) - request.num_computed
+        elif phase == Phase.DECODING:
+            self._leave_decode(request)
+        elif phase == Phase.PINNED:
+            self._pinned.pop(request_id, None)
+            self._kv_static -= request.num_computed
+        request.phase = Phase.ABORTED
+        return request
+
+    # ------------------------------------------------------------------------------------------------ internals
+
+    @staticmethod
+    def _prefill_target(request: EngineRequest) -> int:
+        # After a preemption the request recomputes its prompt plus what it had generated.
+        return request.prompt_tokens + request.generated
+
+    def _join_decode(self, request: EngineRequest, generated: int, ctx: int) -> None:
+        request.phase = Phase.DECODING
+        request.gen_at_join = generated
+        request.ctx_at_join = ctx
+        request.join_step = self.steps
+        request.finish_step = self.steps + request.output_tokens - generated
+        self._ctx_offset += ctx - self.steps
+        self._decoding[request.request_id] = request
+        heapq.heappush(self._finish_heap, (request.finish_step, request._order, request))
+
+    def _leave_decode(self, request: EngineRequest) -> None:
+        request.generated = request.gen_at_join + self.steps - request.join_step
+        self._ctx_offset -= request.ctx_at_join - request.join_step
+        del self._decoding[request.request_id]
+        # heap entry removed lazily
+
+    def _preempt_one(self, result: StepResult | None) -> bool:
+        """Preempt the most recently admitted running request; False when none."""
+        victim: EngineRequest | None = None
+        for request in self._prefilling:
+            if victim is None or request._order > victim._order:
+                victim = request
+        for request in self._decoding.values():
+            if victim is None or request._order > victim._order:
+                victim = request
+        if victim is None:
+            return False
+        if victim.phase == Phase.PREFILLING:
+            self._prefilling.remove(victim)
+            self._kv_static -= victim.num_computed
+            self._queued_prefill -= self._prefill_target(victim) - victim.num_computed
+        else:
+            self._leave_decode(victim)
+        victim.phase = Phase.WAITING
+        victim.kv_ready = False
+        victim.num_computed = 0
+        victim.num_preemptions += 1
+        self._queued_prefill += self._prefill_target(victim)
+        self._waiting.appendleft(victim)
+        self.counters.num_preemptions += 1
+        if result is not None:
+            result.preempted.append(victim.request_id)
+        return True
+
+    def _free_tokens(self) -> int:
+        return self.config.kv_capacity_tokens - self._kv_static - self.context_tokens
+
+    def _evict_cache(self, free_tokens: int) -> None:
+        cache = self._cache
+        while cache and (self._cache_tokens > free_tokens or len(cache) > self.config.max_cached_blocks):
+            _, tokens = cache.popitem(last=False)
+            self._cache_tokens -= tokens
+
+    def _lookup_cache(self, request: EngineRequest) -> int:
+        if not request.hash_ids or not self.config.enable_prefix_caching:
+            return 0
+        cache = self._cache
+        hits = 0
+        for h in request.hash_ids:
+            if h not in cache:
+                break
+            cache.move_to_end(h)
+            hits += 1
+        return min(hits * request.hash_block_tokens, request.prompt_tokens - 1)
+
+    def _insert_cache(self, request: EngineRequest) -> None:
+        if not request.hash_ids or not self.config.enable_prefix_caching:
+            return
+        cache = self._cache
+        full_blocks = min(len(request.hash_ids), request.prompt_tokens // request.hash_block_tokens)
+        for h in request.hash_ids[:full_blocks]:
+            if h in cache:
+                cache.move_to_end(h)
+            else:
+                cache[h] = request.hash_block_tokens
+                self._cache_tokens += request.hash_block_tokens
+
+    def _can_admit_head(self) -> bool:
+        if not self._waiting or self.num_running >= self.config.max_num_seqs:
+            return False
+        head = self._waiting[0]
+        need = head.prompt_tokens if head.kv_ready else 1
+        return self._free_tokens() >= need + len(self._decoding)
+
+    # ------------------------------------------------------------------------------------------------ stepping
+
+    def step(self, now_s: float, report_tokens: bool = False) -> StepResult | None:  # noqa: C901
+        """Schedule and execute one step starting at ``now_s``; None when there is nothing to run.
+
+        The engine's state is advanced to the end of the step at once; timestamps are the step's end.
+        """
+        if self.is_idle:
+            return None
+        cfg = self.config
+        result = StepResult(now_s, 0.0, 0, 0, 0)
+        budget = cfg.max_num_batched_tokens
+
+        self._evict_cache(max(self._free_tokens(), 0))
+        # 1. Decodes first: each needs one more KV slot.
+        while self._decoding and self._free_tokens() < len(self._decoding):
+            if not self._preempt_one(result):
+                break
+        # 2. Running prefills continue (chunked within the budget), in admission order.
+        budget -= len(self._decoding)
+        chunks: list[tuple[EngineRequest, int]] = []
+        reserved = 0  # KV tokens promised to this step's chunks and joining decodes
+        index = 0
+        while index < len(self._prefilling) and budget > 0:
+            request = self._prefilling[index]
+            need = min(self._prefill_target(request) - request.num_computed, budget)
+            while self._free_tokens() - len(self._decoding) - reserved < need:
+                if not self._preempt_one(result) or request.phase != Phase.PREFILLING:
+                    break
+            if request.phase != Phase.PREFILLING:
+                continue  # it was the most recent and preempted itself; the list shrank
+            need = min(need, self._free_tokens() - len(self._decoding) - reserved)
+            if need <= 0:
+                break
+            chunks.append((request, need))
+            budget -= need
+            reserved += need
+            index += 1
+        # 3. Admit waiting requests first-come-first-served (never preempting for them).
+        joined: list[EngineRequest] = []
+        while self._waiting and budget > 0 and self.num_running + len(joined) < cfg.max_num_seqs:
+            head = self._waiting[0]
+            free = self._free_tokens() - len(self._decoding) - reserved
+            if head.kv_ready:
+                if free < head.prompt_tokens + 1:
+                    break
+                self._waiting.popleft()
+                self._order += 1
+                head._order = self._order
+                head.first_scheduled_s = now_s
+                head.num_computed = head.prompt_tokens
+                joined.append(head)
+                budget -= 1
+                reserved += head.prompt_tokens + 1
+                continue
+            hit = self._lookup_cache(head)
+            need = min(self._prefill_target(head) - hit, budget, free - hit)
+            if need <= 0:
+                break
+            self._waiting.popleft()
+            self._order += 1
+            head._order = self._order
+            if head.cached_tokens < 0:
+                head.cached_tokens = hit
+                self.counters.prefix_cache_queries += head.prompt_tokens
+                self.counters.prefix_cache_hits += hit
+            head.num_computed = hit
+            self._kv_static += hit
+            self._queued_prefill -= hit
+            head.phase = Phase.PREFILLING
+            if math.isnan(head.first_scheduled_s):
+                head.first_scheduled_s = now_s
+            self._prefilling.append(head)
+            chunks.append((head, need))
+            budget -= need
+            reserved += need
+        for request in joined:
+            self._join_decode(request, 0, request.prompt_tokens)
+            self._awaiting_first.append(request)
+
+        decode_batch = len(self._decoding)
+        prefill_tokens = sum(n for _, n in chunks)
+        num_tokens = decode_batch + prefill_tokens
+        if num_tokens == 0:
+            return None
+        completing = [r for r, n in chunks if r.num_computed + n >= self._prefill_target(r)]
+        duration = self.model.step_time_s(
+            num_tokens,
+            decode_batch + len(completing),
+            decode_batch,
+            self.context_tokens,
+            [(n, r.num_computed) for r, n in chunks],
+        )
+        end_s = now_s + duration
+        result.duration_s = duration
+        result.num_tokens = num_tokens
+        result.decode_batch = decode_batch
+        result.prefill_tokens = prefill_tokens
+        if report_tokens:
+            result.emitted.extend(self._decoding)
+
+        # Apply: prefill progress.
+        for request, n in chunks:
+            request.num_computed += n
+            self._kv_static += n
+            self._queued_prefill -= n
+        self.steps += 1
+        counters = self.counters
+        counters.observe_step(duration, decode_batch, num_tokens)
+        for request in self._awaiting_first:
+            request.first_token_s = end_s
+            result.first_token.append(request.request_id)
+        self._awaiting_first.clear()
+        for request in completing:
+            self._prefilling.remove(request)
+            self._kv_static -= request.num_computed
+            request.prefill_done_s = end_s
+            counters.prompt_tokens += request.prompt_tokens
+            counters.prompt_tokens_computed += request.prompt_tokens - max(request.cached_tokens, 0)
+            self._insert_cache(request)
+            if report_tokens:
+                result.emitted.append(request.request_id)
+            first = math.isnan(request.first_token_s)
+            if first:
+                request.first_token_s = end_s
+                result.first_token.append(request.request_id)
+            if request.prefill_only:
+                request.phase = Phase.PINNED
+                request.generated = 1
+                self._kv_static += request.num_computed
+                self._pinned[request.request_id] = request
+                counters.generation_tokens += 1
+                result.prefill_done.append(request)
+                continue
+            generated = request.generated + 1
+            if generated >= request.output_tokens:
+                request.generated = generated
+                self._finish(request, end_s)
+                result.finished.append(request)
+            else:
+                self._join_decode(request, generated, request.num_computed + 1)
+        self._pop_finished(end_s, result.finished)
+        return result
+
+    def _finish(self, request: EngineRequest, end_s: float) -> None:
+        request.phase = Phase.FINISHED
+        request.finished_s = end_s
+        self.counters.generation_tokens += request.output_tokens
+        self.counters.request_success += 1
+        self._by_id.pop(request.request_id, None)
+
+    def _pop_finished(self, end_s: float, out: list[EngineRequest]) -> None:
+        heap = self._finish_heap
+        steps = self.steps
+        while heap and heap[0][0] <= steps:
+            finish_step, _, request = heapq.heappop(heap)
+            if request.phase != Phase.DECODING or request.finish_step != finish_step:
+                continue  # stale entry (preempted or aborted)
+            self._leave_decode(request)
+            self._finish(request, end_s)
+            out.append(request)
+
+    # ------------------------------------------------------------------------------------------------ fast path
+
+    def plan_decode_run(self, max_steps: int = 1 << 30) -> DecodeRun | None:
+        """The run of identical decode steps possible from now, or None when a general step is needed.
+
+        A run needs a non-empty decode batch, no prefill in progress and a waiting queue that cannot be admitted
+        (it stays so during the run: free KV only shrinks and the batch does not change). It ends at the first
+        completion or when the next step's KV would not fit.
+        """
+        if self._prefilling or not self._decoding or self._awaiting_first or self._can_admit_head():
+            return None
+        heap = self._finish_heap
+        while heap and (heap[0][2].phase != Phase.DECODING or heap[0][2].finish_step != heap[0][0]):
+            heapq.heappop(heap)
+        batch = len(self._decoding)
+        steps_to_finish = heap[0][0] - self.steps if heap else max_steps
+        steps_to_full = self._free_tokens() // batch
+        n = min(steps_to_finish, steps_to_full, max_steps)
+        if n < 2:
+            return None
+        a, k = self.model.decode_coefficients(batch)
+        ctx = self.context_tokens
+        duration = n * a + k * (n * ctx + batch * n * (n - 1) / 2.0)
+        return DecodeRun(n, duration, batch, ctx, a, k)
+
+    @staticmethod
+    def steps_covering(run: DecodeRun, elapsed_s: float) -> int:
+        """The number of steps of ``run`` that have started by ``elapsed_s`` (at least 1, at most the run)."""
+        if elapsed_s <= 0:
+            return 1
+        b = run.decode_batch
+        qa = run.k_s * b / 2.0
+        qb = run.a_s + run.k_s * run.start_context_tokens - qa
+        root = (-qb + math.sqrt(qb * qb + 4.0 * qa * elapsed_s)) / (2.0 * qa) if qa > 0 else elapsed_s / qb
+        n = max(math.ceil(root - 1e-9), 1)
+        while n > 1 and run.time_after_s(n - 1) >= elapsed_s:
+            n -= 1
+        while n < run.num_steps and run.time_after_s(n) < elapsed_s:
+            n += 1
+        return min(n, run.num_steps)
+
+    def commit_decode_run(self, run: DecodeRun, num_steps: int, start_s: float) -> list[EngineRequest]:
+        """Apply the first ``num_steps`` steps of ``run`` (planned at ``start_s``); returns finished requests."""
+        n = min(num_steps, run.num_steps)
+        end_s = start_s + run.time_after_s(n)
+        self.steps += n
+        self.counters.observe_run(
+            run.a_s + run.k_s * run.start_context_tokens, run.k_s * run.decode_batch, n, run.decode_batch
+        )
+        finished: list[EngineRequest] = []
+        self._pop_finished(end_s, finished)
+        return finished
