@@ -1,0 +1,97 @@
+"""Build an emulated instance's engine and KV-transfer model from a scenario's cluster settings.
+
+The engine is :class:`env.sim.engine.InstanceEngine` over the calibrated :mod:`env.perf` step-time model, the
+same objects the simulator steps; only the clock differs.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from env.perf import InterpolatedExecutionTimeModel, OperatorProfile, StepOverheads, load_operator_profile
+from env.scenario import ClusterConfig, NetworkConfig
+from env.sim.engine import EngineConfig, InstanceEngine
+
+__all__ = ["TransferModel", "build_engine", "kv_capacity_tokens", "load_profile"]
+
+
+@lru_cache(maxsize=8)
+def load_profile(name: str, directory: str | None = None) -> OperatorProfile:
+    """The operator profile ``name`` (cached per process)."""
+    return load_operator_profile(name, directory)
+
+
+@lru_cache(maxsize=8)
+def _time_model(
+    name: str, directory: str | None, tp: int, step_overhead_s: float | None
+) -> InterpolatedExecutionTimeModel:
+    overheads = StepOverheads() if step_overhead_s is None else StepOverheads(step_overhead_s=step_overhead_s)
+    return InterpolatedExecutionTimeModel(load_profile(name, directory), tp, overheads)
+
+
+def kv_capacity_tokens(cluster: ClusterConfig, tp: int) -> int:
+    """KV tokens one instance holds: (GPU memory x utilisation - weights - activations) / KV bytes per token."""
+    if cluster.kv_capacity_tokens is not None:
+        return cluster.kv_capacity_tokens
+    profile = load_profile(cluster.profile, _dir(cluster.profile_dir))
+    model = profile.model
+    free_bytes = (
+        profile.gpu_memory_bytes * cluster.gpu_memory_utilization
+        - model.weight_bytes(tp)
+        - cluster.activation_reserve_bytes
+    )
+    return max(int(free_bytes // model.kv_bytes_per_token(tp)), 1)
+
+
+def _dir(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
+def build_engine(cluster: ClusterConfig, tp: int | None = None) -> InstanceEngine:
+    """A fresh engine for one instance of ``cluster`` (TP ``tp``, default the cluster's)."""
+    degree = tp or cluster.tp
+    model = _time_model(cluster.profile, _dir(cluster.profile_dir), degree, cluster.step_overhead_s)
+    config = EngineConfig(
+        kv_capacity_tokens=kv_capacity_tokens(cluster, degree),
+        max_num_seqs=cluster.max_num_seqs,
+        max_num_batched_tokens=cluster.max_num_batched_tokens,
+        enable_prefix_caching=cluster.enable_prefix_caching,
+    )
+    return InstanceEngine(config, model)
+
+
+class TransferModel:
+    """Duration of one KV pull (emulated seconds), following the scenario's network settings.
+
+    ``setup_latency_s + bytes / link_bandwidth``, plus pack and unpack at the layout-conversion rate when the
+    prefill and decode TP degrees differ. Unlike the simulator, an emulated decode instance cannot see the other
+    pulls sharing the prefill instance's link (they may run in other processes), so the link is not shared.
+    """
+
+    def __init__(self, network: NetworkConfig, kv_bytes_per_token: int, tp: int) -> None:
+        self.network = network
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.tp = tp
+
+    def num_bytes(self, num_tokens: int) -> int:
+        """Bytes of KV for ``num_tokens`` tokens."""
+        return max(num_tokens, 0) * self.kv_bytes_per_token
+
+    def duration_s(self, num_tokens: int, remote_tp: int | None = None) -> float:
+        """Seconds to pull ``num_tokens`` tokens from a prefill instance of TP ``remote_tp``."""
+        if num_tokens <= 0:
+            return 0.0
+        net = self.network
+        size = self.num_bytes(num_tokens)
+        seconds = net.setup_latency_s + size / net.link_bandwidth_bytes_per_s
+        if remote_tp is not None and remote_tp != self.tp:
+            seconds += 2 * size / net.layout_bandwidth_bytes_per_s
+        return seconds
+
+    @classmethod
+    def for_cluster(cls, cluster: ClusterConfig, tp: int | None = None) -> TransferModel:
+        """The transfer model of ``cluster``'s network and model."""
+        degree = tp or cluster.tp
+        profile = load_profile(cluster.profile, _dir(cluster.profile_dir))
+        return cls(cluster.network, profile.model.kv_bytes_per_token(degree), degree)

@@ -1,0 +1,101 @@
+"""Deterministic token counting and text generation for the emulator and the load generator.
+
+The emulator has no model weights, so it cannot tokenise like a real model. It uses one fixed rule instead:
+a text of ``n`` characters is ``ceil(n / CHARS_PER_TOKEN)`` tokens (4 characters per token, the usual
+calibration for English text with Llama-3 and GPT tokenisers). Token ids are a CRC-32 of each 4-character
+piece modulo :data:`VOCAB_SIZE`, so ``/tokenize`` is stable across runs and processes. The router's
+default estimate (``chars_per_token: 4``) uses the same ratio, so against the emulator the router's input
+estimate is exact; against a real vLLM it is an estimate.
+
+Generated text is deterministic per request id: output token ``i`` of request ``r`` is a 4-character word
+chosen by a hash of ``(r, i)``; every word is exactly one token under this rule.
+
+:func:`prompt_text` builds a prompt of an exact token count from Mooncake-style prefix-block hashes, so two
+requests that share leading hash ids share leading text (and therefore prefix-cache hits, in the emulator and
+in the router's estimate alike).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "VOCAB_SIZE",
+    "count_tokens",
+    "output_token_text",
+    "prompt_text",
+    "token_ids",
+]
+
+CHARS_PER_TOKEN = 4
+"""Characters per token of the emulator's tokeniser (and the router's default estimate)."""
+VOCAB_SIZE = 128_256
+"""Vocabulary size reported by token ids (Llama-3's)."""
+
+_SYLLABLES = ("ka", "lo", "mi", "nu", "re", "sa", "ti", "vo", "be", "do", "fe", "gu", "ha", "ji", "pe", "zu")
+
+
+def count_tokens(text: str) -> int:
+    """Number of tokens in ``text`` (``ceil(len / CHARS_PER_TOKEN)``)."""
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def token_ids(text: str) -> list[int]:
+    """Deterministic token ids of ``text``: one per 4-character piece."""
+    data = text.encode("utf-8", "surrogatepass")
+    step = CHARS_PER_TOKEN
+    if len(data) == len(text):  # ASCII: byte offsets equal character offsets
+        return [zlib.crc32(data[i : i + step]) % VOCAB_SIZE for i in range(0, len(data), step)]
+    return [
+        zlib.crc32(text[i : i + step].encode("utf-8", "surrogatepass")) % VOCAB_SIZE for i in range(0, len(text), step)
+    ]
+
+
+def _word(seed: int) -> str:
+    """A 4-character word (one token) chosen by ``seed``; ends with a space so words concatenate."""
+    return _SYLLABLES[seed & 15] + _SYLLABLES[(seed >> 4) & 15][0] + " "
+
+
+def output_token_text(request_id: str, index: int) -> str:
+    """Text of output token ``index`` of ``request_id`` (exactly one token)."""
+    return _word(zlib.crc32(f"{request_id}:{index}".encode("utf-8", "surrogatepass")))
+
+
+def prompt_text(
+    input_tokens: int,
+    hash_ids: Sequence[int] = (),
+    hash_block_tokens: int = 512,
+    salt: str = "",
+) -> str:
+    """A prompt of exactly ``input_tokens`` tokens.
+
+    Block ``k`` (``hash_block_tokens`` tokens) is derived from ``hash_ids[k]`` alone, so prompts sharing a
+    leading run of hash ids share that leading text. Tokens past the last hash id are derived from ``salt``
+    (use the request id to make the tail unique).
+
+    Args:
+        input_tokens: prompt length in tokens.
+        hash_ids: Mooncake-style prefix-block hashes.
+        hash_block_tokens: tokens per hash id.
+        salt: seed of the tokens not covered by ``hash_ids``.
+    """
+    if input_tokens <= 0:
+        return ""
+    parts: list[str] = []
+    remaining = input_tokens
+    for block in hash_ids:
+        if remaining <= 0:
+            break
+        n = min(hash_block_tokens, remaining)
+        parts.append(_block_text(f"h{block}", n))
+        remaining -= n
+    if remaining > 0:
+        parts.append(_block_text(f"s{salt}", remaining))
+    return "".join(parts)
+
+
+def _block_text(key: str, num_tokens: int) -> str:
+    base = zlib.crc32(key.encode("utf-8", "surrogatepass"))
+    return "".join(_word(zlib.crc32(i.to_bytes(4, "little"), base)) for i in range(num_tokens))

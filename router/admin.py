@@ -1,0 +1,178 @@
+"""The admin API (``docs/admin-api.md``): live policy swaps and role changes, guarded by a bearer token.
+
+``PUT /admin/policy`` validates the document with the policy-file loader (:func:`policies.load_policy_text`)
+and resolver; ``PUT /admin/roles`` validates every instance id and role before changing anything. A malformed
+body is answered ``400 {"error": {"message", "field"}}`` with the dotted path of the field, and nothing changes.
+A missing or wrong token is ``401``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from policies.policy_file import PolicyFile, PolicyFileError, ResolvedPolicy, load_policy_text, resolve_policy
+from router.registry import InstanceRegistry, Role
+
+__all__ = ["AdminApi", "PolicyState", "document_of", "policy_state_from"]
+
+
+def document_of(policy: PolicyFile) -> dict[str, Any]:
+    """A policy file as the JSON document the admin API exchanges."""
+    doc: dict[str, Any] = policy.model_dump(mode="json", exclude_unset=True)
+    return doc
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyState:
+    """The routing policy in force: swapped as a whole (one attribute assignment)."""
+
+    generation: int
+    document: dict[str, Any]
+    resolved: ResolvedPolicy
+
+
+def policy_state_from(policy: PolicyFile, generation: int, source: str) -> PolicyState:
+    """Resolve a validated policy file into a :class:`PolicyState`."""
+    return PolicyState(generation, document_of(policy), resolve_policy(policy, source))
+
+
+class _BadRequest(Exception):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+def _bad(field: str, message: str) -> web.Response:
+    return web.json_response({"error": {"message": message, "field": field}}, status=400)
+
+
+class AdminApi:
+    """Handlers of the admin endpoints."""
+
+    def __init__(
+        self,
+        token: str | None,
+        get_policy: Callable[[], PolicyState],
+        set_policy: Callable[[PolicyState], None],
+        registry: InstanceRegistry,
+        transfer_healthy: Callable[[], bool],
+        on_roles_changed: Callable[[], None],
+    ) -> None:
+        self._token = token
+        self._get_policy = get_policy
+        self._set_policy = set_policy
+        self._registry = registry
+        self._transfer_healthy = transfer_healthy
+        self._on_roles_changed = on_roles_changed
+
+    def add_routes(self, app: web.Application) -> None:
+        """Register the admin routes on ``app``."""
+        app.router.add_put("/admin/policy", self.put_policy)
+        app.router.add_put("/admin/roles", self.put_roles)
+        app.router.add_get("/admin/state", self.get_state)
+
+    def _authorized(self, request: web.Request) -> bool:
+        if not self._token:
+            return False
+        header = request.headers.get("Authorization", "")
+        scheme, _, credential = header.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(credential.strip().encode(), self._token.encode())
+
+    @staticmethod
+    def _unauthorized() -> web.Response:
+        return web.json_response(
+            {"error": {"message": "missing or wrong admin bearer token", "field": "Authorization"}},
+            status=401,
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+    @staticmethod
+    async def _json_object(request: web.Request) -> dict[str, Any]:
+        try:
+            body = json.loads(await request.read())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise _BadRequest("<body>", f"body is not valid JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise _BadRequest("<body>", "body must be a JSON object")
+        return body
+
+    def state(self) -> dict[str, Any]:
+        """The body of ``GET /admin/state``."""
+        policy = self._get_policy()
+        return {
+            "generation": policy.generation,
+            "policy": policy.document,
+            "instances": self._registry.state(),
+            "kv_transfer_healthy": self._transfer_healthy(),
+        }
+
+    async def get_state(self, request: web.Request) -> web.Response:
+        """``GET /admin/state``."""
+        if not self._authorized(request):
+            return self._unauthorized()
+        return web.json_response(self.state())
+
+    async def put_policy(self, request: web.Request) -> web.Response:
+        """``PUT /admin/policy``: validate, then swap atomically."""
+        if not self._authorized(request):
+            return self._unauthorized()
+        try:
+            new_state = self._parse_policy(await self._json_object(request))
+        except _BadRequest as exc:
+            return _bad(exc.field, exc.message)
+        self._set_policy(new_state)
+        return web.json_response({"generation": new_state.generation, "tenants": sorted(new_state.resolved.tenants)})
+
+    def _parse_policy(self, body: dict[str, Any]) -> PolicyState:
+        for key in body:
+            if key not in ("generation", "policy"):
+                raise _BadRequest(key, "unknown key (expected 'generation' and 'policy')")
+        generation = body.get("generation")
+        if generation is not None and (isinstance(generation, bool) or not isinstance(generation, int)):
+            raise _BadRequest("generation", f"generation must be an integer, got {generation!r}")
+        if generation is not None and generation < 0:
+            raise _BadRequest("generation", "generation must be >= 0")
+        if "policy" not in body:
+            raise _BadRequest("policy", "policy is required")
+        document = body["policy"]
+        if not isinstance(document, dict):
+            raise _BadRequest("policy", "policy must be a JSON object (a policy-file document)")
+        try:
+            parsed = load_policy_text(json.dumps(document, indent=1), "admin:policy")
+            next_generation = generation if generation is not None else self._get_policy().generation + 1
+            return policy_state_from(parsed, next_generation, "admin:policy")
+        except PolicyFileError as exc:
+            first = exc.problems[0]
+            field = f"policy.{first.field_path}" if first.field_path else "policy"
+            raise _BadRequest(
+                field, "; ".join(f"{p.field_path or '<top>'}: {p.message}" for p in exc.problems)
+            ) from None
+
+    async def put_roles(self, request: web.Request) -> web.Response:
+        """``PUT /admin/roles``: validate every entry, then change roles (busy instances drain first)."""
+        if not self._authorized(request):
+            return self._unauthorized()
+        try:
+            body = await self._json_object(request)
+            for key in body:
+                if key != "roles":
+                    raise _BadRequest(key, "unknown key (expected 'roles')")
+            roles = body.get("roles")
+            if not isinstance(roles, dict):
+                raise _BadRequest("roles", "roles must be an object {instance id: 'prefill' | 'decode'}")
+            problem = self._registry.validate_roles(roles)
+            if problem is not None:
+                raise _BadRequest(*problem)
+        except _BadRequest as exc:
+            return _bad(exc.field, exc.message)
+        checked: dict[str, Role] = {k: ("prefill" if v == "prefill" else "decode") for k, v in roles.items()}
+        self._registry.change_roles(checked)
+        self._on_roles_changed()
+        return web.json_response(self.state())

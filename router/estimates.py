@@ -1,0 +1,127 @@
+"""What the router estimates per request: prompt tokens, prefix-cache hits, prefill wait and transfer health.
+
+* **Prompt tokens**: characters / ``chars_per_token`` (calibrated; exact against the emulator), or the decode
+  instance's ``POST /tokenize`` when configured.
+* **Prefix-cache hits on a decode instance**: vLLM does not tell a router what it has cached, so the router
+  remembers what it sent. The prompt text is cut into blocks of ``prefix_block_tokens`` tokens; block ``k`` is
+  identified by a chained CRC-32 of blocks ``0..k``. Each decode instance keeps an LRU set of the block ids of
+  prompts routed to it (bounded by ``prefix_blocks_per_instance``, roughly its KV capacity in blocks). The hit
+  estimate for a new prompt is the number of its leading blocks in that set times the block size. It
+  over-estimates when the instance evicted blocks the router still remembers, and ignores hits from traffic
+  that bypassed the router.
+* **Prefill queue wait** of a prefill instance: prompt tokens in flight on it divided by its prefill throughput;
+  the throughput starts at ``prefill_tokens_per_s`` and follows (EWMA) the rate measured on prefill legs that
+  ran alone on their instance.
+* **KV-transfer health**: outcomes of remote legs (prefill error or timeout, pull failure, pull timeout) over a
+  sliding window; unhealthy when at least ``transfer_min_samples`` outcomes are in the window and the failure
+  fraction reaches ``transfer_unhealthy_frac``. Unhealthy routes everything local, so no new outcomes arrive;
+  the window then empties and the path is tried again (half-open), which bounds an outage's cost.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import OrderedDict, deque
+
+__all__ = ["PrefillRate", "PrefixTracker", "TransferHealth", "prefix_blocks"]
+
+
+def prefix_blocks(text: str, block_chars: int) -> list[int]:
+    """Chained CRC-32 ids of the full blocks of ``text`` (``block_chars`` characters each)."""
+    data = text.encode("utf-8", "surrogatepass")
+    view = memoryview(data)
+    out: list[int] = []
+    running = 0
+    for start in range(0, len(data) - block_chars + 1, block_chars):
+        running = zlib.crc32(view[start : start + block_chars], running)
+        out.append(running)
+    return out
+
+
+class PrefixTracker:
+    """The router's view of one decode instance's prefix cache (an LRU set of block ids)."""
+
+    def __init__(self, capacity_blocks: int) -> None:
+        self.capacity_blocks = capacity_blocks
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+
+    def hit_blocks(self, blocks: list[int]) -> int:
+        """Leading blocks of ``blocks`` that are cached."""
+        cached = self._blocks
+        n = 0
+        for block in blocks:
+            if block not in cached:
+                break
+            n += 1
+        return n
+
+    def record(self, blocks: list[int]) -> None:
+        """Remember that a prompt with ``blocks`` was sent to the instance."""
+        cached = self._blocks
+        for block in blocks:
+            if block in cached:
+                cached.move_to_end(block)
+            else:
+                cached[block] = None
+        while len(cached) > self.capacity_blocks:
+            cached.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget everything (the instance restarted or changed role)."""
+        self._blocks.clear()
+
+
+class TransferHealth:
+    """Sliding-window failure fraction of the remote (P→D) path."""
+
+    def __init__(self, window_s: float, min_samples: int, unhealthy_frac: float) -> None:
+        self.window_s = window_s
+        self.min_samples = min_samples
+        self.unhealthy_frac = unhealthy_frac
+        self._events: deque[tuple[float, bool]] = deque()
+        self._failures = 0
+
+    def record(self, now_s: float, ok: bool) -> None:
+        """Add one remote-path outcome."""
+        self._events.append((now_s, ok))
+        if not ok:
+            self._failures += 1
+        self._trim(now_s)
+
+    def _trim(self, now_s: float) -> None:
+        events = self._events
+        horizon = now_s - self.window_s
+        while events and events[0][0] < horizon:
+            _, ok = events.popleft()
+            if not ok:
+                self._failures -= 1
+
+    def healthy(self, now_s: float) -> bool:
+        """Whether the remote path may be used."""
+        self._trim(now_s)
+        n = len(self._events)
+        return n < self.min_samples or self._failures / n < self.unhealthy_frac
+
+    def failure_frac(self, now_s: float) -> float | None:
+        """Failure fraction in the window (None when empty)."""
+        self._trim(now_s)
+        n = len(self._events)
+        return None if n == 0 else self._failures / n
+
+
+class PrefillRate:
+    """Prefill throughput of one instance (tokens/s), for the queue-wait estimate."""
+
+    def __init__(self, initial_tokens_per_s: float, weight: float = 0.2, min_sample_tokens: int = 256) -> None:
+        self.tokens_per_s = initial_tokens_per_s
+        self.weight = weight
+        self.min_sample_tokens = min_sample_tokens
+
+    def observe(self, tokens: int, duration_s: float) -> None:
+        """A prefill leg of ``tokens`` that ran alone on its instance took ``duration_s``."""
+        if tokens >= self.min_sample_tokens and duration_s > 0:
+            self.tokens_per_s += self.weight * (tokens / duration_s - self.tokens_per_s)
+
+    def wait_s(self, queued_tokens: int) -> float:
+        """Seconds before a new prefill starts behind ``queued_tokens``."""
+        return max(queued_tokens, 0) / self.tokens_per_s

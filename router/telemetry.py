@@ -1,0 +1,217 @@
+"""The router's metrics (``pdctl_router_*``, ``pdctl_request_stage_seconds``) and per-request JSONL records.
+
+Stages the router observes (DESIGN.md names), measured on the router's clock:
+
+``request_queue_wait``
+    arrival at the router → first upstream request sent (body parse, routing decision).
+``prefill_compute_time``
+    remote route: the prefill leg's round trip (vLLM does not split its queue from its compute).
+``first_token_emit_time``
+    decode leg sent → its first byte (remote: KV pull + decode queue + the last prompt token's forward pass;
+    local: decode queue + the whole prefill).
+``per_token_decode_time``
+    mean gap between stream events after the first (TPOT as the client sees it).
+
+``kv_cache_pack_time``, ``kv_cache_transfer_time``, ``kv_cache_unpack_time`` and ``decode_queue_wait`` happen
+inside the instances and are not visible to a router speaking vLLM's protocol; they are absent from router
+records (read ``vllm:nixl_xfer_time_seconds`` and ``vllm:request_queue_time_seconds`` on decode instances).
+
+All observation happens after a request ends, off the stream path. The JSONL writer buffers lines and is
+flushed by :meth:`RequestLog.flush` (the app flushes once a second and on shutdown).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["STAGES", "RequestLog", "RequestRecord", "RouterMetrics"]
+
+STAGES = (
+    "request_queue_wait",
+    "prefill_compute_time",
+    "kv_cache_pack_time",
+    "kv_cache_transfer_time",
+    "kv_cache_unpack_time",
+    "decode_queue_wait",
+    "first_token_emit_time",
+    "per_token_decode_time",
+)
+
+_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+_TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,
+                 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)  # fmt: skip
+_E2E_BUCKETS = (0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+                480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+_STAGE_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                  30.0, 60.0, 300.0)  # fmt: skip
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What the router knows about one request when it ends (one JSONL line)."""
+
+    request_id: str
+    arrival_ts: float
+    tenant: str
+    route: str
+    reason: str
+    stream: bool
+    input_tokens: int
+    expected_output_tokens: int
+    prefix_hit_tokens: int = 0
+    prefill_instance: str | None = None
+    decode_instance: str | None = None
+    fallback: str | None = None
+    status: int = 200
+    error: str | None = None
+    output_tokens: int = 0
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    stages: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """The record as one JSON line (no newline)."""
+        return json.dumps(
+            {
+                "request_id": self.request_id,
+                "arrival_ts": round(self.arrival_ts, 6),
+                "tenant": self.tenant,
+                "route": self.route,
+                "reason": self.reason,
+                "fallback": self.fallback,
+                "prefill_instance": self.prefill_instance,
+                "decode_instance": self.decode_instance,
+                "stream": self.stream,
+                "status": self.status,
+                "error": self.error,
+                "input_tokens": self.input_tokens,
+                "expected_output_tokens": self.expected_output_tokens,
+                "prefix_hit_tokens": self.prefix_hit_tokens,
+                "output_tokens": self.output_tokens,
+                "ttft_s": self.ttft_s,
+                "tpot_s": self.tpot_s,
+                "e2e_s": self.e2e_s,
+                "stages": self.stages,
+            },
+            separators=(",", ":"),
+        )
+
+
+class RouterMetrics:
+    """``pdctl_router_*`` metrics on an explicit registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        tr = ("tenant", "route")
+        self.stage = Histogram(
+            "pdctl_request_stage_seconds",
+            "Per-request stage durations seen by the router (DESIGN.md stage names).",
+            ("stage", "tenant", "route"),
+            buckets=_STAGE_BUCKETS,
+            registry=registry,
+        )
+        self.ttft = Histogram(
+            "pdctl_router_ttft_seconds", "Client-visible time to first token.", tr, buckets=_TTFT_BUCKETS,
+            registry=registry,
+        )  # fmt: skip
+        self.tpot = Histogram(
+            "pdctl_router_tpot_seconds", "Client-visible mean time per output token after the first.", tr,
+            buckets=_TPOT_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.e2e = Histogram(
+            "pdctl_router_e2e_seconds", "Client-visible request latency.", tr, buckets=_E2E_BUCKETS, registry=registry
+        )
+        self.requests = Counter(
+            "pdctl_router_requests", "Finished requests by outcome.", ("tenant", "route", "outcome"), registry=registry
+        )
+        self.decisions = Counter(
+            "pdctl_router_decisions", "Route decisions by route and reason.", ("tenant", "route", "reason"),
+            registry=registry,
+        )  # fmt: skip
+        self.fallbacks = Counter(
+            "pdctl_router_fallbacks",
+            "Requests that left their decided path (kind: prefill_error, prefill_timeout, transfer_failed, "
+            "transfer_timeout, prefill_retry, decode_retry).",
+            ("tenant", "kind"),
+            registry=registry,
+        )
+        self.upstream_errors = Counter(
+            "pdctl_router_upstream_errors", "Failed upstream calls by instance and kind.", ("instance", "kind"),
+            registry=registry,
+        )  # fmt: skip
+        self.prompt_tokens = Counter(
+            "pdctl_router_prompt_tokens", "Estimated prompt tokens routed.", ("tenant", "route"), registry=registry
+        )
+        self.generation_tokens = Counter(
+            "pdctl_router_generation_tokens", "Output tokens relayed.", ("tenant", "route"), registry=registry
+        )
+        self.in_flight = Gauge(
+            "pdctl_router_in_flight_requests", "Requests in flight in the router.", registry=registry
+        )
+        self.instance_in_flight = Gauge(
+            "pdctl_router_instance_in_flight_requests", "Requests in flight per instance and role.",
+            ("instance", "role"), registry=registry,
+        )  # fmt: skip
+        self.instance_healthy = Gauge(
+            "pdctl_router_instance_healthy", "1 when the instance passes health checks.", ("instance",),
+            registry=registry,
+        )  # fmt: skip
+        self.transfer_healthy = Gauge(
+            "pdctl_router_kv_transfer_healthy", "1 when the remote-prefill path is judged healthy.", registry=registry
+        )
+        self.policy_generation = Gauge(
+            "pdctl_router_policy_generation", "Generation of the routing policy in force.", registry=registry
+        )
+        self.transfer_healthy.set(1)
+
+    def record(self, rec: RequestRecord) -> None:
+        """Observe a finished request."""
+        tenant, route = rec.tenant, rec.route
+        for stage, seconds in rec.stages.items():
+            self.stage.labels(stage, tenant, route).observe(seconds)
+        if rec.ttft_s is not None:
+            self.ttft.labels(tenant, route).observe(rec.ttft_s)
+        if rec.tpot_s is not None:
+            self.tpot.labels(tenant, route).observe(rec.tpot_s)
+        if rec.e2e_s is not None:
+            self.e2e.labels(tenant, route).observe(rec.e2e_s)
+        outcome = "ok" if rec.error is None and rec.status < 400 else "error"
+        self.requests.labels(tenant, route, outcome).inc()
+        self.prompt_tokens.labels(tenant, route).inc(rec.input_tokens)
+        self.generation_tokens.labels(tenant, route).inc(rec.output_tokens)
+
+
+class RequestLog:
+    """Append-only JSONL file of :class:`RequestRecord` lines (buffered; see :meth:`flush`)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file: IO[str] | None = path.open("a", encoding="utf-8", buffering=1 << 16)
+
+    def write(self, record: RequestRecord) -> None:
+        """Append one record."""
+        if self._file is not None:
+            self._file.write(record.to_json() + "\n")
+
+    def flush(self) -> None:
+        """Push buffered lines to the file."""
+        if self._file is not None:
+            self._file.flush()
+
+    def close(self) -> None:
+        """Flush and close."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def records(self) -> list[dict[str, Any]]:
+        """Read the file back (tests and tools)."""
+        self.flush()
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line]
