@@ -1,1 +1,1 @@
-"""pdctl package `agents` (see DESIGN.md)."""
+"""Training, evaluation, tracking and the policy registry (imports env and policies)."""

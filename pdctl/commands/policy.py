@@ -107,4 +107,69 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         """Print the resolved policy per tenant."""
         _show(file)
 
+    tracking_help = "MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///data/mlflow/mlflow.db)."
+
+    @group.command("register")
+    def register(
+        path: Path = typer.Argument(..., help="Exported learned-policy directory or a policy file."),  # noqa: B008
+        name: str = typer.Option(..., "--name", help="Registered model name."),
+        goodput: float | None = typer.Option(None, help="Held-out evaluation goodput (req/s) for the gate."),
+        best_baseline_goodput: float | None = typer.Option(None, help="Best baseline's goodput on the same set."),
+        tracking_uri: str | None = typer.Option(None, help=tracking_help),
+    ) -> None:
+        """Register a policy as a new version (alias ``challenger``)."""
+        from agents.registry import RegistryError, register_policy
+
+        evaluation = {
+            k: v for k, v in (("goodput", goodput), ("best_baseline_goodput", best_baseline_goodput)) if v is not None
+        }
+        try:
+            registered = register_policy(path, name, tracking_uri=tracking_uri, evaluation=evaluation)
+        except RegistryError as exc:
+            typer.echo(f"pdctl policy register: {exc}", err=True)
+            raise typer.Exit(code=EXIT_INVALID) from None
+        typer.echo(f"registered {registered.name} v{registered.version} ({registered.kind}) as challenger")
+
+    @group.command("promote")
+    def promote_cmd(
+        name: str = typer.Argument(..., help="Registered model name."),
+        version: int = typer.Option(..., "--version", help="Version to promote."),
+        alias: str = typer.Option("champion", "--alias", help="Alias to move."),
+        margin: float = typer.Option(0.02, help="Required relative improvement over champion and best baseline."),
+        force: bool = typer.Option(False, help="Skip the evaluation gate (recorded in the audit trail by MLflow)."),
+        tracking_uri: str | None = typer.Option(None, help=tracking_help),
+    ) -> None:
+        """Move an alias to a version if it passes the evaluation gate; refusals print the numbers."""
+        from agents.registry import RegistryError, promote
+
+        try:
+            promoted = promote(name, version, alias=alias, margin_frac=margin, tracking_uri=tracking_uri, force=force)
+        except RegistryError as exc:
+            typer.echo(f"pdctl policy promote: {exc}", err=True)
+            raise typer.Exit(code=EXIT_INVALID) from None
+        typer.echo(f"{promoted.name} v{promoted.version} is now {alias}")
+
+    @group.command("list")
+    def list_cmd(
+        name: str | None = typer.Argument(None, help="Registered model name (all when omitted)."),
+        tracking_uri: str | None = typer.Option(None, help=tracking_help),
+    ) -> None:
+        """List registered policy versions with their aliases and evaluation numbers."""
+        from agents.registry import list_policies
+
+        table = Table(title="Registered policies")
+        for column in ("name", "version", "aliases", "kind", "goodput", "best baseline", "run"):
+            table.add_column(column)
+        for p in list_policies(name, tracking_uri=tracking_uri):
+            table.add_row(
+                p.name,
+                str(p.version),
+                ",".join(p.aliases) or "-",
+                p.kind,
+                "-" if p.goodput is None else f"{p.goodput:.4g}",
+                "-" if p.best_baseline_goodput is None else f"{p.best_baseline_goodput:.4g}",
+                p.run_id or "-",
+            )
+        Console(width=200).print(table)
+
     app.add_typer(group, name=name)
