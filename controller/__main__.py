@@ -1,0 +1,41 @@
+"""``python -m controller --config FILE`` (the same as ``pdctl controller --config FILE``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from controller.config import ConfigError, config_schema
+from controller.daemon import run
+from controller.runtime import RuntimeConfigError
+
+__all__ = ["main"]
+
+EXIT_CONFIG = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, set up logging, run the daemon; exit 2 on a refused configuration."""
+    parser = argparse.ArgumentParser(prog="python -m controller", description="pdctl controller daemon")
+    parser.add_argument("--config", type=Path, help="controller config file (YAML or JSON)")
+    parser.add_argument("--print-schema", action="store_true", help="print the config JSON Schema and exit")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    args = parser.parse_args(argv)
+    if args.print_schema:
+        sys.stdout.write(config_schema() + "\n")
+        return 0
+    if args.config is None:
+        parser.error("--config is required")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        run(args.config)
+    except (ConfigError, RuntimeConfigError) as exc:
+        sys.stderr.write(f"{exc}\n")
+        return EXIT_CONFIG
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""The router actuator: per-tenant thresholds and instance roles through the router admin API.
+
+``PUT /admin/policy`` publishes the policy document; ``PUT /admin/roles`` moves instances between prefill
+and decode (the router drains an instance before it takes its new role); ``GET /admin/state`` reads roles
+back (see ``docs/admin-api.md``). The router cannot add instances: a pool target is realised as a split of
+the group's existing instances, and the instances whose role changes are the fewest possible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+import aiohttp
+
+from controller.actuators.base import ActuationResult, Outcome, Plan, UnknownOutcomeLatch
+from controller.actuators.http import call
+from controller.sources.base import InstanceInfo, Topology
+from policies.schema import PoolTargets
+
+__all__ = ["RouterActuator", "role_changes"]
+
+
+def role_changes(topology: Topology, pools: Mapping[str, PoolTargets]) -> dict[str, str]:
+    """Instance → new role so that each group's prefill count reaches its target (fewest changes).
+
+    Instances already changing role are left alone; candidates are taken in reverse id order so that the
+    choice is deterministic.
+    """
+    changes: dict[str, str] = {}
+    for group, target in pools.items():
+        members = [i for i in topology.instances if i.group == group]
+        settled = [i for i in members if i.pending_role is None or i.pending_role == i.role]
+        prefill = sum(1 for i in members if (i.pending_role or i.role) == "prefill")
+        want = min(target.num_prefill, len(members))
+        if want > prefill:
+            candidates = sorted((i for i in settled if i.role == "decode"), key=lambda i: i.id, reverse=True)
+            changes.update((i.id, "prefill") for i in candidates[: want - prefill])
+        elif want < prefill:
+            candidates = sorted((i for i in settled if i.role == "prefill"), key=lambda i: i.id, reverse=True)
+            changes.update((i.id, "decode") for i in candidates[: prefill - want])
+    return changes
+
+
+class RouterActuator:
+    """Actuates through the router admin API."""
+
+    def __init__(self, url: str, token: str | None, timeout_s: float) -> None:
+        self.url = url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+        self.latch = UnknownOutcomeLatch()
+
+    @property
+    def name(self) -> str:
+        """``router``."""
+        return "router"
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        return self._session
+
+    async def observe(self, topology: Topology) -> Topology | None:
+        """Roles and pending roles from ``GET /admin/state`` for the instances the topology knows."""
+        reply = await call(self._http(), "GET", f"{self.url}/admin/state", headers=self._headers)
+        if reply.outcome is not Outcome.APPLIED or not isinstance(reply.body, dict):
+            return None
+        self.latch.clear()
+        live = {str(i.get("id")): i for i in reply.body.get("instances", []) if isinstance(i, dict)}
+        instances: list[InstanceInfo] = []
+        for info in topology.instances:
+            state = live.get(info.id)
+            if state is None:
+                instances.append(info)
+                continue
+            role = str(state.get("role", info.role))
+            pending = state.get("pending_role")
+            instances.append(replace(info, role=role, pending_role=str(pending) if pending else None))
+        return Topology.from_instances(instances, list(topology.pools))
+
+    async def apply(self, plan: Plan, topology: Topology) -> ActuationResult:
+        """Publish the policy document, then the role changes; stop at the first failure."""
+        if self.latch.set:
+            return self.latch.held(self.name)
+        done: list[str] = []
+        if plan.policy_document is not None:
+            reply = await call(
+                self._http(),
+                "PUT",
+                f"{self.url}/admin/policy",
+                body={"policy": plan.policy_document},
+                headers=self._headers,
+            )
+            if reply.outcome is not Outcome.APPLIED:
+                return self._failed(reply.outcome, reply.detail)
+            done.append("policy")
+        changes = role_changes(topology, plan.pools)
+        if changes:
+            reply = await call(
+                self._http(), "PUT", f"{self.url}/admin/roles", body={"roles": changes}, headers=self._headers
+            )
+            if reply.outcome is not Outcome.APPLIED:
+                return self._failed(reply.outcome, reply.detail)
+            done.append("roles " + ",".join(f"{k}->{v}" for k, v in sorted(changes.items())))
+        if not done:
+            return ActuationResult(self.name, Outcome.UNCHANGED, "nothing to change")
+        return ActuationResult(self.name, Outcome.APPLIED, "; ".join(done))
+
+    def _failed(self, outcome: Outcome, detail: str) -> ActuationResult:
+        if outcome is Outcome.UNKNOWN:
+            self.latch.trip(detail)
+        return ActuationResult(self.name, outcome, detail)
+
+    async def ready(self) -> bool:
+        """Whether ``GET /admin/state`` answers."""
+        reply = await call(self._http(), "GET", f"{self.url}/admin/state", headers=self._headers)
+        return reply.outcome is Outcome.APPLIED
+
+    async def close(self) -> None:
+        """Close the HTTP session."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

@@ -1,0 +1,263 @@
+"""The controller's configuration: one typed document (YAML or JSON), environment overrides, JSON Schema.
+
+Keys are the field names below. Environment variables override the file: ``PDCTL_CONTROLLER_<FIELD>`` for
+top-level fields and ``PDCTL_CONTROLLER_<FIELD>__<SUBFIELD>`` for nested ones (for example
+``PDCTL_CONTROLLER_MODE=active`` or ``PDCTL_CONTROLLER_GUARD__COOLDOWN_S=30``). Relative paths are taken
+relative to the config file's directory. ``pdctl controller --print-schema`` prints the JSON Schema.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from policies.guard import GuardLimits
+from policies.registry import PolicySpecError, parse_policy_spec
+from policies.rules import QueueKvParams
+
+__all__ = [
+    "ConfigError",
+    "ControllerConfig",
+    "DryRunActuatorConfig",
+    "GuardConfig",
+    "InstanceConfig",
+    "KubernetesActuatorConfig",
+    "PrometheusSourceConfig",
+    "RouterActuatorConfig",
+    "ScrapeSourceConfig",
+    "config_schema",
+    "load_config",
+]
+
+ENV_PREFIX = "PDCTL_CONTROLLER_"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+class PrometheusSourceConfig(_Strict):
+    """Read windows from a Prometheus server with PromQL."""
+
+    kind: Literal["prometheus"] = "prometheus"
+    url: str = Field(description="Prometheus base URL, e.g. http://127.0.0.1:9090")
+    window_s: PositiveSeconds = Field(30.0, description="PromQL range of increase()/histogram_quantile(), seconds")
+    timeout_s: PositiveSeconds = Field(5.0, description="per-query HTTP timeout, seconds")
+    instance_label: str = Field("instance_id", description="target label naming the instance (set at scrape time)")
+
+
+class ScrapeSourceConfig(_Strict):
+    """Scrape ``/metrics`` of the router and every instance directly (the embedded default)."""
+
+    kind: Literal["scrape"] = "scrape"
+    router_metrics_url: str | None = Field(None, description="router /metrics URL; None = no per-tenant metrics")
+    window_s: PositiveSeconds = Field(30.0, description="counters are diffed against the oldest scrape this recent")
+    timeout_s: PositiveSeconds = Field(2.0, description="per-endpoint HTTP timeout, seconds")
+
+
+class InstanceConfig(_Strict):
+    """One serving instance: its id, tenant group, initial role and base URL (``/metrics`` is appended)."""
+
+    id: Annotated[str, Field(min_length=1)]
+    group: Annotated[str, Field(min_length=1)]
+    role: Literal["prefill", "decode"]
+    url: str | None = Field(None, description="base URL of the instance, e.g. http://127.0.0.1:8001")
+
+
+class RouterActuatorConfig(_Strict):
+    """Publish thresholds and instance roles through the router admin API (docs/admin-api.md)."""
+
+    kind: Literal["router"] = "router"
+    url: str = Field(description="router base URL")
+    token: SecretStr | None = Field(None, description="admin bearer token (else read from token_env)")
+    token_env: str = Field("PDCTL_ADMIN_TOKEN", description="environment variable holding the admin token")
+    timeout_s: PositiveSeconds = 5.0
+
+
+class KubernetesWorkloadConfig(_Strict):
+    """A Deployment or StatefulSet whose ``scale`` subresource sets one pool's replicas."""
+
+    kind: Literal["Deployment", "StatefulSet"] = "Deployment"
+    name: Annotated[str, Field(min_length=1)]
+
+
+class KubernetesGroupConfig(_Strict):
+    """The prefill and decode workloads of one tenant group."""
+
+    prefill: KubernetesWorkloadConfig
+    decode: KubernetesWorkloadConfig
+
+
+class KubernetesActuatorConfig(_Strict):
+    """Patch replica counts through the Kubernetes API server (REST, bearer token)."""
+
+    kind: Literal["kubernetes"] = "kubernetes"
+    api_url: str = Field(description="API server URL, e.g. https://kubernetes.default.svc")
+    namespace: str = "default"
+    token: SecretStr | None = None
+    token_file: Path | None = Field(
+        Path("/var/run/secrets/kubernetes.io/serviceaccount/token"), description="read when token is unset"
+    )
+    ca_file: Path | None = None
+    insecure_skip_tls_verify: bool = False
+    timeout_s: PositiveSeconds = 5.0
+    groups: dict[str, KubernetesGroupConfig]
+
+
+class DryRunActuatorConfig(_Strict):
+    """Record what would be done; actuate nothing."""
+
+    kind: Literal["dry_run"] = "dry_run"
+
+
+ActuatorConfig = Annotated[
+    RouterActuatorConfig | KubernetesActuatorConfig | DryRunActuatorConfig, Field(discriminator="kind")
+]
+SourceConfig = Annotated[PrometheusSourceConfig | ScrapeSourceConfig, Field(discriminator="kind")]
+
+
+class GuardConfig(_Strict):
+    """Safety guard limits (see :mod:`policies.guard`)."""
+
+    max_step_per_tick: Annotated[int, Field(ge=1)] = 1
+    cooldown_s: Annotated[float, Field(ge=0)] = 60.0
+    hysteresis_ticks: Annotated[int, Field(ge=1)] = 2
+    max_staleness_s: Annotated[float, Field(ge=0)] = 30.0
+
+    def limits(self) -> GuardLimits:
+        """As the guard's dataclass."""
+        return GuardLimits(self.max_step_per_tick, self.cooldown_s, self.hysteresis_ticks, self.max_staleness_s)
+
+
+class RulesConfig(_Strict):
+    """Marks of the ``baseline:queue_kv`` rule policy (see :mod:`policies.rules`)."""
+
+    ttft_high_ratio: float = 1.0
+    tpot_high_ratio: float = 1.0
+    prefill_queue_wait_high_s: float = 0.5
+    kv_usage_high_frac: float = 0.85
+    low_ratio: float = 0.5
+    kv_usage_low_frac: float = 0.3
+    allow_scale_in: bool = False
+    threshold_step_frac: float = 0.25
+    min_remote_floor_tokens: int = 256
+
+    def params(self) -> QueueKvParams:
+        """As the policy's dataclass."""
+        return QueueKvParams(**self.model_dump())
+
+
+class ListenConfig(_Strict):
+    """Where /healthz, /readyz and /metrics are served."""
+
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 9464
+
+
+def _default_actuators() -> list[ActuatorConfig]:
+    return [DryRunActuatorConfig()]
+
+
+class ControllerConfig(BaseSettings):
+    """The controller daemon's configuration."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        nested_model_default_partial_update=True,
+    )
+
+    mode: Literal["advisory", "active"] = Field("advisory", description="advisory computes and logs, never actuates")
+    interval_s: PositiveSeconds = Field(10.0, description="control interval, seconds")
+    policy: str = Field(description="policy spec: file:PATH | baseline:NAME | learned:PATH | registry:models:/N@A")
+    policy_file: Path = Field(description="base policy file: tenants, SLOs, tenant groups, base thresholds")
+    override_dir: Path | None = Field(None, description="directory watched for override policy files")
+    audit_log: Path | None = Field(None, description="append-only JSONL audit log of every decision")
+    listen: ListenConfig = ListenConfig()
+    source: SourceConfig = Field(default_factory=ScrapeSourceConfig, description="metric source")
+    instances: list[InstanceConfig] = Field(default_factory=list, description="serving instances (topology)")
+    actuators: list[ActuatorConfig] = Field(default_factory=_default_actuators, description="what decisions drive")
+    guard: GuardConfig = GuardConfig()
+    rules: RulesConfig = RulesConfig()
+    heartbeat_timeout_intervals: Annotated[float, Field(gt=1)] = Field(
+        3.0, description="/healthz fails when the last tick is older than this many intervals"
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Environment variables win over the file's values."""
+        del settings_cls, dotenv_settings, file_secret_settings
+        return (env_settings, init_settings)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ControllerConfig:
+        try:
+            parse_policy_spec(self.policy)
+        except PolicySpecError as exc:
+            raise ValueError(str(exc)) from None
+        ids = [i.id for i in self.instances]
+        if len(ids) != len(set(ids)):
+            raise ValueError("instance ids must be unique")
+        if isinstance(self.source, ScrapeSourceConfig) and self.source.window_s < self.interval_s:
+            raise ValueError("source.window_s must be at least interval_s")
+        kinds = [a.kind for a in self.actuators]
+        if len(kinds) != len(set(kinds)):
+            raise ValueError("at most one actuator of each kind")
+        return self
+
+
+class ConfigError(ValueError):
+    """The configuration was refused; the message names every problem, one per line."""
+
+
+def _resolve_paths(data: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    out = dict(data)
+    for key in ("policy_file", "override_dir", "audit_log"):
+        value = out.get(key)
+        if isinstance(value, str) and not Path(value).is_absolute():
+            out[key] = str(base_dir / value)
+    policy = out.get("policy")
+    if isinstance(policy, str) and policy.startswith("file:") and not Path(policy[5:]).is_absolute():
+        out["policy"] = f"file:{base_dir / policy[5:]}"
+    return out
+
+
+def load_config(path: str | Path) -> ControllerConfig:
+    """Read, validate and return the configuration in ``path`` (YAML or JSON), with environment overrides."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{p}: cannot read: {exc}".splitlines()[0]) from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping at the top level")
+    try:
+        return ControllerConfig(**_resolve_paths(data, p.resolve().parent))
+    except ValidationError as exc:
+        lines = [
+            f"{p}: {'.'.join(str(x) for x in err['loc']) or '<top>'}: {err['msg']}"
+            for err in exc.errors(include_url=False)
+        ]
+        raise ConfigError("\n".join(lines)) from None
+
+
+def config_schema() -> str:
+    """The JSON Schema of the configuration, pretty-printed."""
+    return json.dumps(ControllerConfig.model_json_schema(), indent=2, sort_keys=True)

@@ -1,0 +1,362 @@
+"""One control tick: observe → policy.decide → guard → overrides → actuate, and its record.
+
+Each tick reads the real state through the actuators (roles, replica counts), polls the override
+directory, reads a window from the source, asks the policy, clamps with the guard, lets active overrides win
+for the tenants they name, and — in active mode — hands the plan to every actuator. A decision computed
+while the configuration was swapped (a newer generation exists when it is ready) is dropped. One JSON line
+is logged per tick and the same record is appended to the audit log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.actuators.base import ActuationResult, Outcome, Plan
+from controller.audit import AuditLog
+from controller.clock import Clock
+from controller.overrides import OverridePoll, OverrideWatcher
+from controller.runtime import Runtime
+from controller.sources.base import Topology
+from controller.telemetry import Telemetry
+from policies.base import PolicyContext
+from policies.documents import policy_document
+from policies.features import build_observation
+from policies.guard import Clamp, GuardResult, GuardState
+from policies.overrides import apply_overrides
+from policies.schema import ControlAction, MetricWindow, PoolTargets, RoutingThresholds
+
+__all__ = ["ControlLoop", "TickRecord", "classify"]
+
+_log = logging.getLogger("pdctl.controller.tick")
+
+
+def classify(current: PoolTargets | None, target: PoolTargets) -> str:
+    """``hold``, ``scale_up``, ``scale_down`` or ``rebalance`` for one group's change."""
+    if current is None or current == target:
+        return "hold"
+    if target.num_instances > current.num_instances:
+        return "scale_up"
+    if target.num_instances < current.num_instances:
+        return "scale_down"
+    return "rebalance"
+
+
+def _num(value: float | None) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return round(value, 6)
+
+
+@dataclass(frozen=True, slots=True)
+class TickRecord:
+    """What one tick saw, decided and did (also the audit record)."""
+
+    record: Mapping[str, Any]
+    window: MetricWindow
+    action: ControlAction
+    plan: Plan
+    results: tuple[ActuationResult, ...]
+    dropped: bool = False
+
+
+@dataclass(slots=True)
+class _LoopState:
+    policy_thresholds: dict[str, RoutingThresholds]
+    published: dict[str, RoutingThresholds] | None = None
+    topology: Topology = field(default_factory=Topology)
+    guard_state: GuardState = field(default_factory=GuardState)
+    ticks: int = 0
+    last_tick_s: float | None = None
+    first_observation: bool = False
+    actuators_ready: bool = False
+
+
+class ControlLoop:
+    """Runs ticks against the current :class:`Runtime`; :meth:`swap` installs a newer generation."""
+
+    def __init__(
+        self, runtime: Runtime, clock: Clock, telemetry: Telemetry, audit: AuditLog, watcher: OverrideWatcher
+    ) -> None:
+        self.runtime = runtime
+        self.clock = clock
+        self.telemetry = telemetry
+        self.audit = audit
+        self.watcher = watcher
+        self.state = _LoopState(
+            policy_thresholds={n: tp.thresholds for n, tp in runtime.base.tenants.items()},
+            topology=runtime.topology,
+        )
+        self._lock = asyncio.Lock()
+        telemetry.set_policy(runtime.policy.policy_id, runtime.generation, runtime.config.mode)
+
+    # --------------------------------------------------------------------------------------- lifecycle
+
+    async def swap(self, runtime: Runtime) -> None:
+        """Install ``runtime`` (a newer generation) now; close the old one once no tick uses it."""
+        old = self.runtime
+        self.runtime = runtime
+        known = runtime.base.tenants
+        self.state.policy_thresholds = {
+            name: self.state.policy_thresholds.get(name, tp.thresholds) for name, tp in known.items()
+        }
+        if runtime.base is not old.base:
+            self.state.policy_thresholds = {n: tp.thresholds for n, tp in known.items()}
+            self.state.published = None
+        self.state.topology = (
+            runtime.topology if runtime.config.instances != old.config.instances else self.state.topology
+        )
+        self.telemetry.set_policy(runtime.policy.policy_id, runtime.generation, runtime.config.mode)
+        async with self._lock:
+            await old.close()
+
+    @property
+    def healthy_age_s(self) -> float | None:
+        """Seconds since the last completed tick (``None`` before the first)."""
+        if self.state.last_tick_s is None:
+            return None
+        return self.clock.monotonic() - self.state.last_tick_s
+
+    @property
+    def ready(self) -> bool:
+        """First observation done and every actuator reachable at the last tick."""
+        return self.state.first_observation and self.state.actuators_ready
+
+    # ------------------------------------------------------------------------------------------- ticks
+
+    async def tick(self) -> TickRecord:
+        """Run one tick (serialised with swaps' cleanup)."""
+        async with self._lock:
+            started = self.clock.monotonic()
+            try:
+                record = await self._tick()
+            except Exception:
+                self.telemetry.ticks.labels(result="error").inc()
+                raise
+            finally:
+                self.telemetry.tick_duration.observe(self.clock.monotonic() - started)
+            self.telemetry.ticks.labels(result="dropped" if record.dropped else "ok").inc()
+            self.state.last_tick_s = self.clock.monotonic()
+            self.telemetry.last_tick.set(self.clock.now().timestamp())
+            return record
+
+    async def _observe_topology(self, rt: Runtime) -> bool:
+        topology, ready = self.state.topology, True
+        for actuator in rt.actuators:
+            observed = await actuator.observe(topology)
+            if observed is None:
+                ready = False
+            else:
+                topology = observed
+        self.state.topology = topology
+        return ready
+
+    def _context(self, rt: Runtime, topology: Topology) -> PolicyContext:
+        return PolicyContext(
+            tenants=rt.tenants,
+            groups=rt.groups,
+            current_pools=topology.pools,
+            current_thresholds=self.state.policy_thresholds,
+            base_thresholds={n: tp.thresholds for n, tp in rt.base.tenants.items()},
+            now_s=self.clock.monotonic(),
+            interval_s=rt.config.interval_s,
+        )
+
+    def _decide(self, rt: Runtime, window: MetricWindow, context: PolicyContext) -> tuple[ControlAction, str | None]:
+        observation = build_observation(window, context.observation_context())
+        try:
+            return rt.policy.decide(observation, context), None
+        except Exception as exc:  # a policy bug must not stop the daemon: hold and report
+            _log.exception("policy %s failed; holding", rt.policy.policy_id)
+            return ControlAction(reason="policy_error", policy_id=rt.policy.policy_id), f"{type(exc).__name__}: {exc}"
+
+    async def _tick(self) -> TickRecord:
+        rt = self.runtime
+        generation = rt.generation
+        self.state.ticks += 1
+        self.state.actuators_ready = await self._observe_topology(rt)
+        topology = self.state.topology
+        polled = self.watcher.poll(rt.base, generation)
+        observed = await rt.source.observe(
+            topology, [t.name for t in rt.tenants], [g.name for g in rt.groups], self.clock.now().timestamp()
+        )
+        window = observed.window
+        context = self._context(rt, topology)
+        action, policy_error = self._decide(rt, window, context)
+        guarded = rt.guard.apply(action, context, window, self.state.guard_state)
+        merged = apply_overrides(guarded.action, polled.overrides, self.clock.now())
+        final = merged.action
+        # Tenants an override names get the override; every other tenant what the policy decided.
+        published_next = {**self.state.policy_thresholds, **final.thresholds}
+        document = None
+        if published_next != self.state.published:
+            document = policy_document(
+                rt.base, ControlAction(thresholds=published_next), "published by pdctl controller"
+            )
+        pools = {g: t for g, t in final.pools.items() if t != topology.pools.get(g)}
+        plan = Plan(generation, document, pools)
+        stale = window.staleness_s > rt.guard.limits.max_staleness_s
+        if observed.error is None and not stale:
+            self.state.first_observation = True
+        if self.runtime.generation != generation:
+            self.telemetry.dropped.inc()
+            record = self._record(rt, window, observed.error, action, guarded, polled, merged.rollback, plan, (), True)
+            self._emit(record)
+            return TickRecord(record, window, final, plan, (), dropped=True)
+        self.state.guard_state = guarded.state
+        results: tuple[ActuationResult, ...] = ()
+        if rt.config.mode == "active" and not plan.empty:
+            results = tuple([await a.apply(plan, topology) for a in rt.actuators])
+            if all(r.outcome in (Outcome.APPLIED, Outcome.UNCHANGED) for r in results):
+                self.state.published = published_next
+                self.state.policy_thresholds = {**self.state.policy_thresholds, **guarded.action.thresholds}
+        self._metrics(rt, window, observed.error, guarded, polled, merged.rollback, plan, topology, results)
+        record = self._record(
+            rt, window, observed.error, action, guarded, polled, merged.rollback, plan, results, False
+        )
+        if policy_error is not None:
+            record = {**record, "policy_error": policy_error}
+        self._emit(record)
+        return TickRecord(record, window, final, plan, results)
+
+    # ----------------------------------------------------------------------------------- reporting
+
+    def _metrics(
+        self,
+        rt: Runtime,
+        window: MetricWindow,
+        source_error: str | None,
+        guarded: GuardResult,
+        polled: OverridePoll,
+        rollback: bool,
+        plan: Plan,
+        topology: Topology,
+        results: tuple[ActuationResult, ...],
+    ) -> None:
+        t = self.telemetry
+        t.staleness.set(window.staleness_s)
+        t.stale.set(1 if window.staleness_s > rt.guard.limits.max_staleness_s or source_error else 0)
+        if source_error is not None:
+            t.source_errors.inc()
+        now = self.clock.now()
+        t.override_active.set(sum(1 for o in polled.overrides if o.is_active(now)))
+        t.rollback_active.set(1 if rollback else 0)
+        t.override_refused.clear()
+        for name in polled.refused:
+            t.override_refused.labels(file=name).set(1)
+        for _ in polled.newly_refused:
+            t.override_refusals.inc()
+        clamps_by_group: dict[str, Clamp] = {}
+        for clamp in guarded.clamps:
+            if clamp.scope == "group":
+                clamps_by_group.setdefault(clamp.name, clamp)
+        for group in rt.groups:
+            target = guarded.action.pools.get(group.name)
+            if target is None:
+                continue
+            kind = classify(topology.pools.get(group.name), target)
+            first = clamps_by_group.get(group.name)
+            t.decisions.labels(action=kind, reason=first.reason.value if first is not None else "policy").inc()
+        if plan.policy_document is not None:
+            t.decisions.labels(action="thresholds", reason="rollback" if rollback else "policy").inc()
+        for result in results:
+            t.actuations.labels(actuator=result.actuator, outcome=result.outcome.value).inc()
+            if result.outcome not in (Outcome.APPLIED, Outcome.UNCHANGED):
+                t.actuation_errors.labels(actuator=result.actuator, outcome=result.outcome.value).inc()
+
+    def _record(
+        self,
+        rt: Runtime,
+        window: MetricWindow,
+        source_error: str | None,
+        action: ControlAction,
+        guarded: GuardResult,
+        polled: OverridePoll,
+        rollback: bool,
+        plan: Plan,
+        results: tuple[ActuationResult, ...],
+        dropped: bool,
+    ) -> dict[str, Any]:
+        topology = self.state.topology
+        groups = {
+            name: {
+                "num_prefill": g.num_prefill,
+                "num_decode": g.num_decode,
+                "prefill_queue_wait_s": _num(g.prefill_queue_wait_s),
+                "decode_kv_usage_frac": _num(g.decode_kv_usage_frac),
+            }
+            for name, g in window.groups.items()
+        }
+        tenants = {
+            name: {
+                "request_rate_rps": _num(w.request_rate_rps),
+                "ttft_p95_s": _num(w.ttft_p95_s),
+                "tpot_p95_s": _num(w.tpot_p95_s),
+                "p95_input_tokens": _num(w.p95_input_tokens),
+            }
+            for name, w in window.tenants.items()
+        }
+        summary = {
+            g: classify(topology.pools.get(g), t) for g, t in guarded.action.pools.items() if g in topology.pools
+        }
+        now = self.clock.now()
+        return {
+            "ts": now.isoformat(),
+            "tick": self.state.ticks,
+            "generation": plan.generation,
+            "policy_id": rt.policy.policy_id,
+            "mode": rt.config.mode,
+            "dropped": dropped,
+            "observation": {
+                "window_s": _num(window.window_s),
+                "staleness_s": _num(window.staleness_s),
+                "source_error": source_error,
+                "groups": groups,
+                "tenants": tenants,
+            },
+            "decision": {
+                "reason": action.reason,
+                "pools": {g: [p.num_prefill, p.num_decode] for g, p in action.pools.items()},
+                "thresholds": sorted(action.thresholds),
+            },
+            "guarded": {
+                "summary": summary,
+                "pools": {g: [p.num_prefill, p.num_decode] for g, p in guarded.action.pools.items()},
+            },
+            "clamps": [c.as_dict() for c in guarded.clamps],
+            "overrides": {
+                "active": [o.name for o in polled.overrides if o.is_active(now)],
+                "refused": dict(polled.refused),
+                "rollback": rollback,
+            },
+            "plan": {
+                "publish_policy": plan.policy_document is not None,
+                "pools": {g: [p.num_prefill, p.num_decode] for g, p in plan.pools.items()},
+                "thresholds": _threshold_summary(plan),
+            },
+            "actuation": [r.as_dict() for r in results],
+        }
+
+    def _emit(self, record: Mapping[str, Any]) -> None:
+        _log.info(json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False))
+        self.audit.append(record)
+
+
+def _threshold_summary(plan: Plan) -> dict[str, Any]:
+    if plan.policy_document is None:
+        return {}
+    out: dict[str, Any] = {}
+    for block in plan.policy_document.get("tenants", []):
+        remote = block["pd_disaggregation_policy"]["remote_prefill"]
+        local = block["pd_disaggregation_policy"]["local_prefill"]
+        out[block["name"]] = {
+            "mode": block["mode"],
+            "min_remote_input_tokens": remote["min_input_tokens"],
+            "max_local_input_tokens": local["max_input_tokens"],
+        }
+    return out

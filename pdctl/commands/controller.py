@@ -1,0 +1,39 @@
+"""``pdctl controller``: run the controller daemon, or print its config schema."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import typer
+
+__all__ = ["register"]
+
+EXIT_CONFIG = 2
+
+
+def register(app: typer.Typer, name: str, help_text: str) -> None:
+    """Add the ``controller`` command to ``app``."""
+
+    @app.command(name=name, help=help_text)
+    def controller(
+        config: Path | None = typer.Option(None, "--config", help="Controller config file (YAML or JSON)."),  # noqa: B008
+        print_schema: bool = typer.Option(False, "--print-schema", help="Print the config JSON Schema and exit."),
+        log_level: str = typer.Option("INFO", "--log-level", help="Logging level."),
+    ) -> None:
+        from controller.config import ConfigError, config_schema
+        from controller.daemon import run
+        from controller.runtime import RuntimeConfigError
+
+        if print_schema:
+            typer.echo(config_schema())
+            return
+        if config is None:
+            typer.echo("pdctl controller: --config FILE is required (or --print-schema)", err=True)
+            raise typer.Exit(code=EXIT_CONFIG)
+        logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+        try:
+            run(config)
+        except (ConfigError, RuntimeConfigError) as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(code=EXIT_CONFIG) from None

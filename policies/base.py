@@ -1,0 +1,71 @@
+"""The policy port: what every policy (file, rule, baseline, learned) is given and must return.
+
+A policy is pure: :meth:`Policy.decide` reads an :class:`~policies.features.Observation` and a
+:class:`PolicyContext` and returns a :class:`~policies.schema.ControlAction`. It does no I/O and reads no
+clock; time arrives as ``context.now_s``. Whatever it returns then passes through
+:class:`policies.guard.SafetyGuard` before anything is actuated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from policies.features import Observation, ObservationContext
+from policies.schema import ControlAction, PoolTargets, RoutingThresholds, Tenant, TenantGroup
+
+__all__ = ["Policy", "PolicyContext"]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyContext:
+    """Static and slowly-changing facts a policy decides against.
+
+    Attributes:
+        tenants: tenants in a fixed order (their SLOs and priorities).
+        groups: tenant groups with their pool bounds and GPU budgets.
+        current_pools: running prefill/decode counts per tenant group.
+        current_thresholds: routing thresholds in force per tenant.
+        base_thresholds: the thresholds of the policy file the controller was started with (what a rule policy
+            relaxes back towards).
+        now_s: decision time in seconds (wall or virtual, as the caller's clock says).
+        interval_s: control interval in seconds.
+    """
+
+    tenants: tuple[Tenant, ...]
+    groups: tuple[TenantGroup, ...]
+    current_pools: Mapping[str, PoolTargets]
+    current_thresholds: Mapping[str, RoutingThresholds]
+    base_thresholds: Mapping[str, RoutingThresholds] = field(default_factory=dict)
+    now_s: float = 0.0
+    interval_s: float = 10.0
+
+    def observation_context(self) -> ObservationContext:
+        """The subset :func:`policies.features.build_observation` needs."""
+        return ObservationContext(tenants=self.tenants, groups=self.groups, thresholds=self.current_thresholds)
+
+    def group_of(self, tenant: str) -> str | None:
+        """Name of the tenant group ``tenant`` belongs to, if any."""
+        for t in self.tenants:
+            if t.name == tenant:
+                return t.group
+        return None
+
+    def tenants_of(self, group: str) -> tuple[Tenant, ...]:
+        """Tenants of one tenant group, in context order."""
+        return tuple(t for t in self.tenants if t.group == group)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that turns an observation into a control action."""
+
+    @property
+    def policy_id(self) -> str:
+        """Stable identifier (spec and version), recorded with every decision."""
+        ...
+
+    def decide(self, observation: Observation, context: PolicyContext) -> ControlAction:
+        """Decide thresholds and pool targets for the next interval (pure, deterministic)."""
+        ...

@@ -1,0 +1,301 @@
+"""The safety guard: every action passes through it before anything is actuated.
+
+:meth:`SafetyGuard.apply` is pure and deterministic. It takes the policy's action, the context (bounds,
+budget, running counts), the metric window the action was computed from and the guard's own state (cooldown
+clocks and hysteresis streaks), and returns the clamped action, one :class:`Clamp` per adjustment and the
+next state. Nothing is mutated.
+
+Checks per tenant group, in order (each can only move the target towards what is running):
+
+1. no running counts for the group, or no opinion → nothing to do;
+2. pool bounds (``min_*``/``max_*``; a missing max means "what the budget allows");
+3. GPU budget: increases are cut until ``(prefill + decode) × gpus_per_instance <= gpu_budget``;
+4. max step: each pool moves at most ``max_step_per_tick`` instances per tick;
+5. never scale down on stale data (``staleness_s > max_staleness_s``) or on missing data for the group
+   (no group window, no decode KV usage, or a tenant of the group without a request rate);
+6. a change still pending (instances starting or draining) → hold;
+7. cooldown: no change within ``cooldown_s`` of the last applied change;
+8. hysteresis: the same direction must be asked for ``hysteresis_ticks`` ticks in a row.
+
+Per tenant: thresholds for unknown tenants are dropped; on stale data thresholds are held.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from policies.base import PolicyContext
+from policies.schema import ControlAction, MetricWindow, PoolTargets, RoutingThresholds, TenantGroup
+
+__all__ = ["Clamp", "ClampReason", "GroupGuardState", "GuardLimits", "GuardResult", "GuardState", "SafetyGuard"]
+
+
+class ClampReason(enum.StrEnum):
+    """Why the guard changed an action. Append-only: values are exported as metric labels."""
+
+    UNKNOWN_GROUP = "unknown_group"
+    UNKNOWN_TENANT = "unknown_tenant"
+    BELOW_MIN = "below_min"
+    ABOVE_MAX = "above_max"
+    GPU_BUDGET = "gpu_budget"
+    MAX_STEP = "max_step"
+    STALE_NO_SCALE_DOWN = "stale_no_scale_down"
+    MISSING_NO_SCALE_DOWN = "missing_no_scale_down"
+    PENDING_CHANGE = "pending_change"
+    COOLDOWN = "cooldown"
+    HYSTERESIS = "hysteresis"
+    STALE_HOLD_THRESHOLDS = "stale_hold_thresholds"
+
+
+@dataclass(frozen=True, slots=True)
+class GuardLimits:
+    """Limits of the guard.
+
+    Attributes:
+        max_step_per_tick: most instances one pool may gain or lose in one tick.
+        cooldown_s: seconds after an applied change during which the group is held.
+        hysteresis_ticks: consecutive ticks a change must be asked for (same direction) before it is applied.
+        max_staleness_s: a window older than this is stale: no scale-down, thresholds held.
+    """
+
+    max_step_per_tick: int = 1
+    cooldown_s: float = 60.0
+    hysteresis_ticks: int = 2
+    max_staleness_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.max_step_per_tick < 1:
+            raise ValueError("max_step_per_tick must be >= 1")
+        if self.cooldown_s < 0 or self.max_staleness_s < 0:
+            raise ValueError("cooldown_s and max_staleness_s must be >= 0")
+        if self.hysteresis_ticks < 1:
+            raise ValueError("hysteresis_ticks must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupGuardState:
+    """Guard memory of one tenant group."""
+
+    last_change_s: float | None = None
+    streak_direction: tuple[int, int] = (0, 0)
+    streak_ticks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GuardState:
+    """Guard memory of all tenant groups (immutable; :meth:`SafetyGuard.apply` returns the next one)."""
+
+    groups: Mapping[str, GroupGuardState] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Clamp:
+    """One adjustment the guard made."""
+
+    scope: str
+    name: str
+    reason: ClampReason
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        """JSON-friendly form for logs and the audit trail."""
+        return {"scope": self.scope, "name": self.name, "reason": self.reason.value, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class GuardResult:
+    """The guarded action, what was clamped, and the guard's next state."""
+
+    action: ControlAction
+    clamps: tuple[Clamp, ...]
+    state: GuardState
+
+
+def _sign(value: int) -> int:
+    return (value > 0) - (value < 0)
+
+
+def _group_data_complete(window: MetricWindow, context: PolicyContext, group: str) -> bool:
+    group_window = window.groups.get(group)
+    if group_window is None or group_window.decode_kv_usage_frac is None:
+        return False
+    for tenant in context.tenants_of(group):
+        tenant_window = window.tenants.get(tenant.name)
+        if tenant_window is None or tenant_window.request_rate_rps is None:
+            return False
+    return True
+
+
+@dataclass(slots=True)
+class _GroupClamp:
+    """Working state while one group's target is clamped."""
+
+    group: TenantGroup
+    current: PoolTargets
+    prefill: int
+    decode: int
+    clamps: list[Clamp]
+
+    def note(self, reason: ClampReason, detail: str) -> None:
+        self.clamps.append(Clamp("group", self.group.name, reason, detail))
+
+    def hold(self, reason: ClampReason, detail: str) -> None:
+        if (self.prefill, self.decode) != (self.current.num_prefill, self.current.num_decode):
+            self.note(reason, detail)
+        self.prefill, self.decode = self.current.num_prefill, self.current.num_decode
+
+    def bounds(self) -> None:
+        g = self.group
+        max_prefill = g.max_prefill if g.max_prefill is not None else g.max_instances
+        max_decode = g.max_decode if g.max_decode is not None else g.max_instances
+        for pool, low, high in (("prefill", g.min_prefill, max_prefill), ("decode", g.min_decode, max_decode)):
+            value = self.prefill if pool == "prefill" else self.decode
+            clamped = min(max(value, low), high)
+            if clamped != value:
+                reason = ClampReason.BELOW_MIN if value < low else ClampReason.ABOVE_MAX
+                self.note(reason, f"{pool} {value} -> {clamped}")
+                if pool == "prefill":
+                    self.prefill = clamped
+                else:
+                    self.decode = clamped
+
+    def budget(self) -> None:
+        over = self.prefill + self.decode - self.group.max_instances
+        if over <= 0:
+            return
+        before = (self.prefill, self.decode)
+        # Cut increases first (the larger increase first), then shrink pools above their minimum.
+        for pool in sorted(("prefill", "decode"), key=self._increase, reverse=True):
+            cut = min(over, max(self._increase(pool), 0))
+            self._add(pool, -cut)
+            over -= cut
+        for pool, low in (("prefill", self.group.min_prefill), ("decode", self.group.min_decode)):
+            value = self.prefill if pool == "prefill" else self.decode
+            cut = min(over, max(value - low, 0))
+            self._add(pool, -cut)
+            over -= cut
+        after = (self.prefill, self.decode)
+        self.note(ClampReason.GPU_BUDGET, f"{before} -> {after} (budget {self.group.max_instances} instances)")
+
+    def step(self, max_step: int) -> None:
+        before = (self.prefill, self.decode)
+        cur = self.current
+        self.prefill = min(max(self.prefill, cur.num_prefill - max_step), cur.num_prefill + max_step)
+        self.decode = min(max(self.decode, cur.num_decode - max_step), cur.num_decode + max_step)
+        if (self.prefill, self.decode) != before:
+            self.note(ClampReason.MAX_STEP, f"{before} -> {(self.prefill, self.decode)}")
+
+    def no_scale_down(self, reason: ClampReason) -> None:
+        before = (self.prefill, self.decode)
+        self.prefill = max(self.prefill, self.current.num_prefill)
+        self.decode = max(self.decode, self.current.num_decode)
+        if (self.prefill, self.decode) != before:
+            self.note(reason, f"{before} -> {(self.prefill, self.decode)}")
+            self.budget()
+
+    def _increase(self, pool: str) -> int:
+        if pool == "prefill":
+            return self.prefill - self.current.num_prefill
+        return self.decode - self.current.num_decode
+
+    def _add(self, pool: str, delta: int) -> None:
+        if pool == "prefill":
+            self.prefill += delta
+        else:
+            self.decode += delta
+
+    @property
+    def direction(self) -> tuple[int, int]:
+        return (_sign(self.prefill - self.current.num_prefill), _sign(self.decode - self.current.num_decode))
+
+
+class SafetyGuard:
+    """Clamps actions to bounds, budget, step, cooldown and hysteresis (see the module docstring)."""
+
+    def __init__(self, limits: GuardLimits) -> None:
+        self.limits = limits
+
+    def apply(
+        self, action: ControlAction, context: PolicyContext, window: MetricWindow, state: GuardState
+    ) -> GuardResult:
+        """Return the clamped action, the clamps and the next guard state (pure; nothing is mutated)."""
+        clamps: list[Clamp] = []
+        stale = window.staleness_s > self.limits.max_staleness_s
+        groups = {g.name: g for g in context.groups}
+        next_states = dict(state.groups)
+        pools: dict[str, PoolTargets] = {}
+        for name, requested in action.pools.items():
+            group = groups.get(name)
+            current = context.current_pools.get(name)
+            if group is None or current is None:
+                clamps.append(Clamp("group", name, ClampReason.UNKNOWN_GROUP, "no bounds or running counts"))
+                continue
+            target, next_states[name] = self._group(
+                _GroupClamp(group, current, requested.num_prefill, requested.num_decode, clamps),
+                state.groups.get(name, GroupGuardState()),
+                stale=stale,
+                complete=_group_data_complete(window, context, name),
+                pending=self._pending(window, name),
+                now_s=context.now_s,
+            )
+            pools[name] = target
+        for name in groups.keys() - action.pools.keys():
+            if name in next_states:
+                next_states[name] = replace(next_states[name], streak_direction=(0, 0), streak_ticks=0)
+        thresholds = self._thresholds(action.thresholds, context, stale, clamps)
+        guarded = ControlAction(thresholds=thresholds, pools=pools, reason=action.reason, policy_id=action.policy_id)
+        return GuardResult(guarded, tuple(clamps), GuardState(next_states))
+
+    @staticmethod
+    def _pending(window: MetricWindow, group: str) -> bool:
+        group_window = window.groups.get(group)
+        return group_window is not None and (group_window.pending_prefill + group_window.pending_decode) > 0
+
+    def _group(
+        self, work: _GroupClamp, memory: GroupGuardState, *, stale: bool, complete: bool, pending: bool, now_s: float
+    ) -> tuple[PoolTargets, GroupGuardState]:
+        current = work.current
+        if (work.prefill, work.decode) == (current.num_prefill, current.num_decode):
+            return current, replace(memory, streak_direction=(0, 0), streak_ticks=0)
+        work.bounds()
+        work.budget()
+        work.step(self.limits.max_step_per_tick)
+        work.budget()
+        if stale:
+            work.no_scale_down(ClampReason.STALE_NO_SCALE_DOWN)
+        elif not complete:
+            work.no_scale_down(ClampReason.MISSING_NO_SCALE_DOWN)
+        direction = work.direction
+        if direction == (0, 0):
+            return current, replace(memory, streak_direction=(0, 0), streak_ticks=0)
+        streak = memory.streak_ticks + 1 if direction == memory.streak_direction else 1
+        memory = replace(memory, streak_direction=direction, streak_ticks=streak)
+        if pending:
+            work.hold(ClampReason.PENDING_CHANGE, "instances still starting or draining")
+        elif memory.last_change_s is not None and now_s - memory.last_change_s < self.limits.cooldown_s:
+            left_s = self.limits.cooldown_s - (now_s - memory.last_change_s)
+            work.hold(ClampReason.COOLDOWN, f"{left_s:.1f} s of cooldown left")
+        elif streak < self.limits.hysteresis_ticks:
+            work.hold(ClampReason.HYSTERESIS, f"asked {streak} of {self.limits.hysteresis_ticks} ticks")
+        else:
+            return PoolTargets(work.prefill, work.decode), GroupGuardState(now_s, (0, 0), 0)
+        return current, memory
+
+    @staticmethod
+    def _thresholds(
+        requested: Mapping[str, RoutingThresholds], context: PolicyContext, stale: bool, clamps: list[Clamp]
+    ) -> dict[str, RoutingThresholds]:
+        known = {t.name for t in context.tenants}
+        out: dict[str, RoutingThresholds] = {}
+        for tenant, thresholds in requested.items():
+            if tenant not in known:
+                clamps.append(Clamp("tenant", tenant, ClampReason.UNKNOWN_TENANT, "not in the policy"))
+                continue
+            current = context.current_thresholds.get(tenant)
+            if stale and current is not None and thresholds != current:
+                clamps.append(Clamp("tenant", tenant, ClampReason.STALE_HOLD_THRESHOLDS, "window is stale"))
+                continue
+            out[tenant] = thresholds
+        return out
