@@ -1,0 +1,108 @@
+"""From a SOURCE argument to a profile: detect the kind of source, load it, profile it.
+
+Kinds: ``azure`` (CSV with the Azure 2023 header), ``mooncake`` (JSONL with ``input_length``/``hash_ids``),
+``router`` (JSONL request log with ``input_tokens``), ``servegen`` (folder of ``chunk-*`` files) and
+``prometheus`` (``http(s)://`` URL, needs a time range). ``auto`` picks by URL scheme, folder, suffix and, for
+JSONL, the fields of the first record.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from env.profiling.profile import ProfileOptions, WorkloadProfile, profile_records
+from env.profiling.prometheus import PrometheusSourceError, profile_prometheus
+from env.profiling.records import RequestRecords
+from env.profiling.router_log import load_router_log
+from env.profiling.servegen import profile_servegen
+from env.workloads.errors import TraceFormatError, TraceNotFoundError
+from env.workloads.traces import load_azure_csv, load_mooncake_jsonl, load_servegen_folder
+
+__all__ = ["SourceKind", "detect_source_kind", "profile_source"]
+
+SourceKind = Literal["auto", "azure", "mooncake", "router", "servegen", "prometheus"]
+
+
+def _first_record_fields(path: Path) -> set[str]:
+    try:
+        with path.open(encoding="utf-8-sig") as handle:
+            for number, line in enumerate(handle, start=1):
+                if line.strip():
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise TraceFormatError(path, f"invalid JSON ({exc.msg})", line=number) from None
+                    if not isinstance(row, dict):
+                        raise TraceFormatError(path, "line is not a JSON object", line=number)
+                    return set(row)
+    except FileNotFoundError:
+        raise TraceNotFoundError(path) from None
+    except UnicodeDecodeError:
+        raise TraceFormatError(path, "not UTF-8 text") from None
+    raise TraceFormatError(path, "empty file")
+
+
+def detect_source_kind(source: str) -> SourceKind:
+    """Guess the kind of a SOURCE argument.
+
+    Raises:
+        TraceNotFoundError: a path that does not exist.
+        TraceFormatError: a file whose kind cannot be told.
+    """
+    if source.startswith(("http://", "https://")):
+        return "prometheus"
+    path = Path(source)
+    if path.is_dir():
+        return "servegen"
+    if not path.exists():
+        raise TraceNotFoundError(path)
+    if path.suffix.lower() == ".csv":
+        return "azure"
+    fields = _first_record_fields(path)
+    if "input_length" in fields:
+        return "mooncake"
+    if "input_tokens" in fields or "prompt_tokens" in fields:
+        return "router"
+    raise TraceFormatError(
+        path, "cannot tell the kind: expected a Mooncake trace (input_length) or a router log (input_tokens)", line=1
+    )
+
+
+def profile_source(
+    source: str,
+    *,
+    kind: SourceKind = "auto",
+    options: ProfileOptions | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> WorkloadProfile:
+    """Load and profile one source.
+
+    Raises:
+        TraceNotFoundError, TraceFormatError: a missing or malformed file (one-line message).
+        PrometheusSourceError: Prometheus unreachable, failing or empty, or the time range missing.
+    """
+    options = options or ProfileOptions()
+    if kind == "auto":
+        kind = detect_source_kind(source)
+    if kind == "prometheus":
+        if start is None or end is None:
+            raise PrometheusSourceError(f"{source}: a Prometheus source needs --start and --end")
+        return profile_prometheus(source, start, end, options=options)
+    path = Path(source)
+    if kind == "servegen":
+        return profile_servegen(load_servegen_folder(path), source=source, options=options)
+    if kind == "router":
+        return profile_records(load_router_log(path), source=source, source_kind="router_log", options=options)
+    if kind == "azure":
+        columns = load_azure_csv(path)
+        return profile_records(
+            RequestRecords.from_columns(columns), source=source, source_kind="azure_csv", options=options
+        )
+    columns = load_mooncake_jsonl(path)
+    return profile_records(
+        RequestRecords.from_columns(columns), source=source, source_kind="mooncake_jsonl", options=options
+    )
