@@ -522,7 +522,8 @@ class PolicyProblem:
 
     def __str__(self) -> str:
         where = f"{self.source}:{self.line}" if self.line is not None else self.source
-        return f"{where}: {self.field_path or '<top>'}: {self.message}"
+        text = f"{where}: {self.field_path or '<top>'}: {self.message}"
+        return text.replace("\r", "\\r").replace("\n", "\\n")  # always one line
 
 
 class PolicyFileError(ValueError):
@@ -536,7 +537,11 @@ class PolicyFileError(ValueError):
 def _dotted(loc: Sequence[str | int]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, int):
+            out += f"[{part}]"
+            continue
+        name = part if part.isidentifier() or part.replace("-", "_").isidentifier() else repr(part)
+        out += f".{name}" if out else name
     return out
 
 
