@@ -16,10 +16,11 @@ gains one instance if the budget has room. With no pressure and every signal bel
 ``allow_scale_in`` set, the pool with more slack gives one back. A group whose signals are all unknown gets
 no opinion (the guard then holds it).
 
-Thresholds: a tenant whose p95 TTFT misses its objective while its p95 prompt is longer than its local
-bound (``max_local_input_tokens``) gets ``min_remote_input_tokens`` lowered by ``threshold_step_frac`` (not
-below ``min_remote_floor_tokens``; the local bound follows down if needed), so more long prompts leave the
-decode instances. A tenant comfortably inside both objectives drifts back towards its file's thresholds.
+Thresholds: a tenant whose p95 TTFT misses its objective while its p95 prompt (the mean when the p95 is
+unknown) is longer than its local bound (``max_local_input_tokens``) gets ``min_remote_input_tokens``
+lowered by ``threshold_step_frac`` (not below ``min_remote_floor_tokens``; the local bound follows down if
+needed), so more long prompts leave the decode instances. A tenant comfortably inside both objectives drifts
+back towards its file's thresholds.
 """
 
 from __future__ import annotations
@@ -197,6 +198,8 @@ class QueueKvPolicy:
         ttft_ratio = self._tenant_ratio(observation, tenant, "ttft_slo_ratio")
         tpot_ratio = self._tenant_ratio(observation, tenant, "tpot_slo_ratio")
         p95_input = self._tenant_ratio(observation, tenant, "p95_input_tokens")
+        if p95_input is None:  # no per-request length histogram: the mean stands in for the tail
+            p95_input = self._tenant_ratio(observation, tenant, "mean_input_tokens")
         if ttft_ratio is None:
             return None, ""
         if ttft_ratio > p.ttft_high_ratio and p95_input is not None and p95_input > current.max_local_input_tokens:

@@ -25,15 +25,17 @@ ROUTER_METRICS: Mapping[str, str] = {
     "requests": "pdctl_router_requests_total",
     "ttft": "pdctl_router_ttft_seconds",
     "tpot": "pdctl_router_tpot_seconds",
-    "prompt_tokens": "pdctl_router_prompt_tokens",
-    "output_tokens": "pdctl_router_output_tokens",
+    "prompt_tokens": "pdctl_router_prompt_tokens_total",
+    "output_tokens": "pdctl_router_generation_tokens_total",
+    "prompt_tokens_per_request": "pdctl_router_request_prompt_tokens",
     "slo_met": "pdctl_router_slo_met_total",
     "prefix_hit_tokens": "pdctl_router_prefix_hit_tokens_total",
 }
-"""Router metrics read per tenant: finished requests by ``tenant``, ``route``, ``outcome`` (``ok``/``error``)
-(counter); client TTFT and per-request TPOT by ``tenant`` (histograms, seconds); prompt and output lengths
-by ``tenant`` (histograms, tokens); requests meeting the tenant's SLO and prompt tokens served from the
-prefix cache by ``tenant`` (counters)."""
+"""Router metrics read per tenant (``router/telemetry.py``): finished requests by ``tenant``, ``route`` and
+``outcome`` (``ok``/``error``); client TTFT and per-request TPOT histograms (seconds); prompt and output
+tokens of finished requests (counters; means are token sums / request counts). Read when present, else
+left unknown: a per-request prompt-length histogram (p95 input), requests meeting the tenant's SLO
+(attainment, goodput) and prompt tokens served from the prefix cache."""
 
 INSTANCE_METRICS: Mapping[str, str] = {
     "queue_time": "vllm:request_queue_time_seconds",
@@ -62,11 +64,9 @@ class WindowQueries:
         r = ROUTER_METRICS
         out = {
             "requests": Query("increase", r["requests"], ("tenant", "route", "outcome")),
-            "prompt_sum": Query("increase", r["prompt_tokens"] + "_sum", ("tenant",)),
-            "prompt_count": Query("increase", r["prompt_tokens"] + "_count", ("tenant",)),
-            "prompt_p95": Query("quantile", r["prompt_tokens"], ("tenant",), 0.95),
-            "output_sum": Query("increase", r["output_tokens"] + "_sum", ("tenant",)),
-            "output_count": Query("increase", r["output_tokens"] + "_count", ("tenant",)),
+            "prompt_sum": Query("increase", r["prompt_tokens"], ("tenant",)),
+            "prompt_p95": Query("quantile", r["prompt_tokens_per_request"], ("tenant",), 0.95),
+            "output_sum": Query("increase", r["output_tokens"], ("tenant",)),
             "slo_met": Query("increase", r["slo_met"], ("tenant",)),
             "prefix_hit_tokens": Query("increase", r["prefix_hit_tokens"], ("tenant",)),
         }
@@ -191,9 +191,9 @@ class WindowBuilder:
             prompt_sum = sums["prompt_sum"].get(tenant)
             out[tenant] = TenantWindow(
                 request_rate_rps=_div(finished, w),
-                mean_input_tokens=_div(prompt_sum, sums["prompt_count"].get(tenant)),
+                mean_input_tokens=_div(prompt_sum, finished),
                 p95_input_tokens=sums["prompt_p95"].get(tenant),
-                mean_output_tokens=_div(sums["output_sum"].get(tenant), sums["output_count"].get(tenant)),
+                mean_output_tokens=_div(sums["output_sum"].get(tenant), finished),
                 ttft_p50_s=sums["ttft_0.5"].get(tenant),
                 ttft_p95_s=sums["ttft_0.95"].get(tenant),
                 ttft_p99_s=sums["ttft_0.99"].get(tenant),
@@ -277,5 +277,7 @@ class WindowBuilder:
                 kv_transfer_time_p95_s=histogram_quantile(0.95, both.buckets.items()) if both.buckets else None,
                 kv_transfer_failure_frac=_div(failed, attempts) if failed is not None else None,
                 prefix_cache_hit_frac=_div(both.get("prefix_hits"), both.get("prefix_queries")),
+                prefill_queue_requests=waiting,
+                decode_queue_requests=decode.get("waiting"),
             )
         return out
