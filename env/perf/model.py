@@ -253,6 +253,8 @@ class InterpolatedExecutionTimeModel:
         bs = np.arange(max_batch + 1, dtype=np.float64)
         a_b, k_b = self._decode_attention_coefficients(bs)
         dense = np.array([self._dense(int(n), int(n)) for n in bs])
+        self._decode_attn_a: list[float] = (layers * a_b).tolist()
+        self._decode_attn_k: list[float] = (layers * k_b).tolist()
         self._decode_a_s = (dense + layers * a_b + self.overheads.step_overhead_s).tolist()
         self._decode_k_s = (layers * k_b).tolist()
         self._decode_a_s[0] = 0.0
@@ -309,6 +311,8 @@ class InterpolatedExecutionTimeModel:
         """Decode attention of ``decode_batch`` sequences with ``context_tokens`` in total (all layers)."""
         if decode_batch <= 0:
             return 0.0
+        if decode_batch <= self.max_batch:
+            return self._decode_attn_a[decode_batch] + self._decode_attn_k[decode_batch] * context_tokens
         a, b = self._decode_attention_coefficients(np.array([float(decode_batch)]))
         return self.model.num_layers * (float(a[0]) + float(b[0]) * context_tokens)
 

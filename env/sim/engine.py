@@ -457,6 +457,10 @@ class InstanceEngine:
                 cache[h] = request.hash_block_tokens
                 self._cache_tokens += request.hash_block_tokens
 
+    def can_admit_waiting(self) -> bool:
+        """Whether the head of the waiting queue could be admitted at the next step."""
+        return self._can_admit_head()
+
     def _can_admit_head(self) -> bool:
         if not self._waiting or self.num_running >= self.config.max_num_seqs:
             return False
@@ -515,6 +519,7 @@ class InstanceEngine:
                 head._order = self._order
                 head.first_scheduled_s = now_s
                 head.num_computed = head.prompt_tokens
+                self._insert_cache(head)
                 joined.append(head)
                 budget -= 1
                 reserved += head.prompt_tokens + 1

@@ -1,0 +1,331 @@
+"""Scenario files: a cluster, its tenant groups and tenants with their workloads, run length and seed.
+
+The same scenario runs in the simulator, the gym env and against the emulated live cluster. Example::
+
+    name: mixed-chat-rag-4p4d
+    duration_s: 600
+    control_interval_s: 10
+    seed: 7
+    cluster:
+      profile: h200-llama3-8b        # env/profiles/<dir> + model; see env.perf.profile
+      tp: 1
+      gpu_memory_utilization: 0.9
+      max_num_seqs: 256
+      max_num_batched_tokens: 8192
+      startup_delay_s: 60            # a new instance serves after this
+      role_switch_delay_s: 20        # a drained instance serves in its new role after this
+      network: {link_bandwidth_bytes_per_s: 5.0e+10, setup_latency_s: 0.001, failure_prob: 0.0, timeout_s: 5}
+    tenant_groups:
+      - {name: interactive, gpu_budget: 8, prefill: 4, decode: 4}
+    tenants:
+      - name: chat
+        group: interactive
+        priority: 2
+        slo: {ttft_p95_s: 0.5, tpot_p95_s: 0.05}
+        workload: {kind: poisson, rate_rps: 20, input_tokens: {kind: fixed, tokens: 512},
+                   output_tokens: {kind: fixed, tokens: 200}}
+
+Units are seconds, tokens, bytes and fractions. Unknown keys are refused. :func:`load_scenario` reports
+problems as ``FILE:LINE: field.path: message`` (:class:`ScenarioError`); relative trace paths are resolved
+against the scenario file's folder, and ``${PDCTL_TRACES}`` (or a ``traces_dir`` argument) replaces a leading
+``traces/`` when the scenario names shared traces.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from env.workloads.config import WorkloadConfig, resolve_paths
+from policies.schema import Slo, Tenant, TenantGroup
+
+__all__ = [
+    "DEFAULT_TRACES_DIR",
+    "ClusterConfig",
+    "NetworkConfig",
+    "PoolBoundsConfig",
+    "Scenario",
+    "ScenarioError",
+    "SloConfig",
+    "TenantConfig",
+    "TenantGroupConfig",
+    "load_scenario",
+    "parse_scenario",
+]
+
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NetworkConfig(_Strict):
+    """The prefill → decode KV-transfer path.
+
+    Each prefill instance sends over one link of ``link_bandwidth_bytes_per_s``, fair-shared by its concurrent
+    transfers. A transfer takes ``setup_latency_s`` + pack + bytes / share + unpack; pack and unpack are layout
+    conversions at ``layout_bandwidth_bytes_per_s`` paid only when prefill and decode TP differ.
+    """
+
+    link_bandwidth_bytes_per_s: PositiveFloat = Field(default=45e9, description="Per-prefill-instance link rate.")
+    setup_latency_s: NonNegFloat = Field(default=1e-3, description="Fixed cost of one transfer (registration).")
+    layout_bandwidth_bytes_per_s: PositiveFloat = Field(
+        default=1e12, description="Rate of the pack/unpack layout conversion when TPs differ."
+    )
+    failure_prob: Annotated[float, Field(ge=0, le=1)] = Field(default=0.0, description="Per-transfer failure.")
+    timeout_s: PositiveFloat = Field(default=5.0, description="A transfer not done after this is abandoned.")
+    unhealthy_failure_frac: Annotated[float, Field(gt=0, le=1)] = Field(
+        default=0.5, description="Recent failure fraction above which the router sees the path as unhealthy."
+    )
+
+
+class ClusterConfig(_Strict):
+    """Hardware, model and engine settings shared by every instance."""
+
+    profile: str = Field(default="h200-llama3-8b", description="Performance profile <dir>-<model>.")
+    profile_dir: Path | None = Field(default=None, description="A measurement directory instead of the shipped one.")
+    tp: Annotated[int, Field(ge=1, le=64)] = Field(default=1, description="TP degree of decode/aggregated instances.")
+    prefill_tp: Annotated[int, Field(ge=1, le=64)] | None = Field(default=None, description="TP of prefill instances.")
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+    activation_reserve_bytes: NonNegFloat = Field(default=4e9, description="Per-GPU memory kept for activations.")
+    kv_capacity_tokens: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="Override the KV capacity computed from memory."
+    )
+    max_num_seqs: Annotated[int, Field(ge=1)] = 256
+    max_num_batched_tokens: Annotated[int, Field(ge=1)] = 8192
+    enable_prefix_caching: bool = True
+    step_overhead_s: NonNegFloat | None = Field(default=None, description="Override the per-step overhead.")
+    startup_delay_s: NonNegFloat = 60.0
+    role_switch_delay_s: NonNegFloat = 20.0
+    network: NetworkConfig = NetworkConfig()
+
+    @model_validator(mode="after")
+    def _budget(self) -> ClusterConfig:
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
+        return self
+
+
+class PoolBoundsConfig(_Strict):
+    """Bounds of one pool."""
+
+    min: Annotated[int, Field(ge=0)] = 0
+    max: Annotated[int, Field(ge=0)] | None = None
+
+
+class TenantGroupConfig(_Strict):
+    """Tenants sharing instances: GPU budget, initial pools and bounds."""
+
+    name: Annotated[str, Field(min_length=1)]
+    gpu_budget: Annotated[int, Field(ge=1)]
+    prefill: Annotated[int, Field(ge=0)] = Field(default=0, description="Initial prefill instances.")
+    decode: Annotated[int, Field(ge=0)] = Field(default=0, description="Initial decode instances.")
+    aggregated: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Initial aggregated instances (serve prefill and decode; count as decode)."
+    )
+    prefill_pool: PoolBoundsConfig = PoolBoundsConfig(min=0)
+    decode_pool: PoolBoundsConfig = PoolBoundsConfig(min=1)
+
+
+class SloConfig(_Strict):
+    """Latency objectives (seconds)."""
+
+    ttft_p95_s: PositiveFloat | None = None
+    ttft_p99_s: PositiveFloat | None = None
+    tpot_p95_s: PositiveFloat | None = None
+    tpot_p99_s: PositiveFloat | None = None
+
+    def to_slo(self) -> Slo:
+        """As the shared schema type."""
+        return Slo(self.ttft_p95_s, self.ttft_p99_s, self.tpot_p95_s, self.tpot_p99_s)
+
+
+class TenantConfig(_Strict):
+    """One tenant: its group, objectives, weight and request stream."""
+
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")]
+    group: Annotated[str, Field(min_length=1)]
+    priority: PositiveFloat = 1.0
+    slo: SloConfig = SloConfig()
+    expected_output_tokens: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="What the router assumes about output length (default: the workload's mean)."
+    )
+    workload: WorkloadConfig
+
+
+class Scenario(_Strict):
+    """A whole scenario (see the module docstring)."""
+
+    name: Annotated[str, Field(min_length=1)]
+    description: str = ""
+    duration_s: PositiveFloat
+    drain_s: NonNegFloat = Field(default=600.0, description="After duration_s, time allowed for in-flight requests.")
+    control_interval_s: PositiveFloat = 10.0
+    seed: Annotated[int, Field(ge=0)] = 0
+    cluster: ClusterConfig = ClusterConfig()
+    tenant_groups: Annotated[list[TenantGroupConfig], Field(min_length=1)]
+    tenants: Annotated[list[TenantConfig], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _cross(self) -> Scenario:
+        groups = [g.name for g in self.tenant_groups]
+        _unique(groups, "tenant group")
+        _unique([t.name for t in self.tenants], "tenant")
+        for tenant in self.tenants:
+            if tenant.group not in groups:
+                raise ValueError(f"tenant {tenant.name}: unknown group {tenant.group!r} (groups: {groups})")
+        for group in self.tenant_groups:
+            instances = group.prefill + group.decode + group.aggregated
+            if instances < 1:
+                raise ValueError(f"tenant group {group.name}: needs at least one instance")
+            if group.decode + group.aggregated < 1:
+                raise ValueError(f"tenant group {group.name}: needs at least one decode or aggregated instance")
+            gpus = instances * self.gpus_per_instance
+            if gpus > group.gpu_budget:
+                raise ValueError(f"tenant group {group.name}: {instances} instances need {gpus} GPUs > gpu_budget")
+        return self
+
+    @property
+    def gpus_per_instance(self) -> int:
+        """GPUs of one instance (its TP degree)."""
+        return self.cluster.tp
+
+    def tenants_schema(self) -> dict[str, Tenant]:
+        """Tenants as the shared schema type."""
+        return {t.name: Tenant(t.name, t.group, t.slo.to_slo(), t.priority) for t in self.tenants}
+
+    def groups_schema(self) -> dict[str, TenantGroup]:
+        """Tenant groups as the shared schema type."""
+        out: dict[str, TenantGroup] = {}
+        for g in self.tenant_groups:
+            out[g.name] = TenantGroup(
+                name=g.name,
+                tenants=tuple(t.name for t in self.tenants if t.group == g.name),
+                gpu_budget=g.gpu_budget,
+                min_prefill=g.prefill_pool.min,
+                max_prefill=g.prefill_pool.max,
+                min_decode=max(g.decode_pool.min, 1),
+                max_decode=g.decode_pool.max,
+                gpus_per_instance=self.gpus_per_instance,
+            )
+        return out
+
+
+def _unique(names: Sequence[str], what: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"duplicate {what} name {name!r}")
+        seen.add(name)
+
+
+class ScenarioError(ValueError):
+    """A scenario file is missing or invalid; ``str()`` is one line per problem, ``FILE:LINE: field: message``."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def _line_of(root: yaml.Node | None, loc: Sequence[str | int]) -> int | None:
+    node = root
+    line = None if node is None else node.start_mark.line + 1
+    for part in loc:
+        child: yaml.Node | None = None
+        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.value == part:
+                    child = value
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            child = node.value[part]
+        if child is None:
+            break
+        node = child
+        line = node.start_mark.line + 1
+    return line
+
+
+def _dotted(loc: Sequence[str | int]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def parse_scenario(text: str, source: str = "<scenario>", base_dir: Path | None = None) -> Scenario:
+    """Validate scenario YAML text; relative workload paths are resolved against ``base_dir``."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ScenarioError([f"{source}{line}: not valid YAML: {problem}"]) from None
+    if not isinstance(data, dict):
+        raise ScenarioError([f"{source}: a scenario must be a mapping of fields"])
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = [p for p in err["loc"] if isinstance(p, str | int)]
+            # drop discriminator tags pydantic inserts into union locations
+            loc_clean = [p for p in loc if not (isinstance(p, str) and p in _WORKLOAD_TAGS and loc.index(p) > 0)]
+            line_no = _line_of(root, loc_clean)
+            where = f"{source}:{line_no}" if line_no is not None else source
+            problems.append(f"{where}: {_dotted(loc_clean)}: {err['msg']}")
+        raise ScenarioError(problems) from None
+    if base_dir is not None:
+        tenants = [t.model_copy(update={"workload": resolve_paths(t.workload, base_dir)}) for t in scenario.tenants]
+        scenario = scenario.model_copy(update={"tenants": tenants})
+    return scenario
+
+
+_WORKLOAD_TAGS = frozenset(
+    {
+        "poisson",
+        "gamma",
+        "diurnal",
+        "step",
+        "trace_azure",
+        "trace_mooncake",
+        "servegen",
+        "fixed",
+        "lognormal",
+        "empirical",
+    }
+)
+
+
+DEFAULT_TRACES_DIR = Path(__file__).resolve().parents[2] / "shared" / "traces"
+"""Where ``${PDCTL_TRACES}`` points when neither an argument nor the environment variable says otherwise."""
+
+
+def _expand(text: str, traces_dir: str | Path | None) -> str:
+    target = traces_dir if traces_dir is not None else os.environ.get("PDCTL_TRACES", DEFAULT_TRACES_DIR)
+    return text.replace("${PDCTL_TRACES}", str(target))
+
+
+def load_scenario(path: str | Path, traces_dir: str | Path | None = None) -> Scenario:
+    """Read and validate a scenario file.
+
+    ``${PDCTL_TRACES}`` in the text is replaced by ``traces_dir`` (or the environment variable of that name);
+    left as is, relative paths resolve against the file's folder.
+
+    Raises:
+        ScenarioError: the file is missing, not YAML, or invalid (message names file, line and field).
+    """
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise ScenarioError([f"{file}: cannot read scenario ({exc.strerror or exc})"]) from None
+    return parse_scenario(_expand(text, traces_dir), str(file), file.resolve().parent)
