@@ -90,8 +90,15 @@ def _connect(url: str) -> PrometheusClient:
 
 
 def _describe(exc: Exception) -> str:
+    import requests  # a dependency of prometheus-api-client, needed only on failure
+
+    if isinstance(exc, requests.exceptions.ConnectionError):
+        return "Prometheus unreachable (connection failed)"
+    if isinstance(exc, requests.exceptions.Timeout):
+        return f"Prometheus unreachable (no answer within {PROMETHEUS_TIMEOUT_S} s)"
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text if len(text) <= 160 else text[:157] + "..."
+    text = text if len(text) <= 160 else text[:157] + "..."
+    return f"Prometheus query failed ({text})"
 
 
 def _scalar(result: list[dict[str, Any]]) -> float:
@@ -128,7 +135,7 @@ def profile_prometheus(
             f"sum(rate({RATE_COUNTER}[{bin_s}s]))", start_time=start, end_time=end, step=f"{bin_s}s"
         )
     except Exception as exc:  # requests' and the client's exceptions have no common base worth naming
-        raise PrometheusSourceError(f"{url}: Prometheus query failed ({_describe(exc)})") from None
+        raise PrometheusSourceError(f"{url}: {_describe(exc)}") from None
     if dists["input"].count <= 0:
         raise PrometheusSourceError(
             f"{url}: no {VLLM_HISTOGRAMS['input']} samples between {start.isoformat()} and {end.isoformat()}"

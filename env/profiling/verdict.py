@@ -138,7 +138,7 @@ def _modifiers(v: VerdictInputs, reasons: list[str], steps: list[str]) -> None:
             f"{_pct(v.token_reuse_frac)} of prompt tokens are reusable prefixes "
             f"(≥ {_pct(HIGH_PREFIX_REUSE_FRAC)}): cached prefixes skip prefill and KV transfer"
         )
-        steps.append("enable prefix caching and route by prefix (cache-aware instance choice) before anything else")
+        steps.insert(0, "enable prefix caching and route by prefix (cache-aware instance choice) first")
     if v.output_p50_tokens < SHORT_DECODE_MEDIAN_TOKENS:
         reasons.append(
             f"outputs are very short (median {v.output_p50_tokens:.0f} < {SHORT_DECODE_MEDIAN_TOKENS} tokens): "

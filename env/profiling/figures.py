@@ -1,0 +1,98 @@
+"""PNG figures of a :class:`WorkloadProfile` (matplotlib's object API on an Agg canvas: no global pyplot state).
+
+Written by :func:`write_figures`: ``lengths.png`` (input and output length histograms, log2 bins),
+``arrival_rate.png`` (rate curve, when known), ``latency.png`` (TTFT/TPOT/E2E quantiles, when known) and
+``groups.png`` (per-tenant and per-route request shares and mean lengths, when known).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from env.profiling.profile import GroupStats, LengthStats, WorkloadProfile
+
+__all__ = ["write_figures"]
+
+
+def _save(figure: Figure, path: Path) -> Path:
+    FigureCanvasAgg(figure)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    return path
+
+
+def _histogram(ax: Axes, stats: LengthStats, title: str, threshold: float | None) -> None:
+    edges = np.array(stats.histogram_edges)
+    counts = np.array(stats.histogram_counts)
+    total = counts.sum() or 1.0
+    lefts = np.maximum(edges[:-1], 0.5)
+    ax.bar(lefts, counts / total, width=edges[1:] - lefts, align="edge", edgecolor="black", linewidth=0.4)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("share of requests")
+    ax.set_title(f"{title}: mean {stats.mean:.0f}, p50 {stats.p50:.0f}, p99 {stats.p99:.0f}")
+    if threshold is not None:
+        ax.axvline(threshold, color="red", linestyle="--", linewidth=1, label=f"{threshold:g} tokens")
+        ax.legend()
+
+
+def _groups_figure(profile: WorkloadProfile, path: Path) -> Path | None:
+    sets: list[tuple[str, list[GroupStats]]] = [
+        (n, g) for n, g in (("tenant", profile.by_tenant), ("route", profile.by_route)) if g
+    ]
+    if not sets:
+        return None
+    figure = Figure(figsize=(6 * len(sets), 4))
+    for column, (label, groups) in enumerate(sets, start=1):
+        ax = figure.add_subplot(1, len(sets), column)
+        names = [g.name for g in groups]
+        x = np.arange(len(groups))
+        ax.bar(x - 0.2, [g.input.mean for g in groups], width=0.4, label="mean input tokens")
+        ax.bar(x + 0.2, [g.output.mean for g in groups], width=0.4, label="mean output tokens")
+        ax.set_xticks(x, [f"{n}\n{100 * g.share_frac:.0f} %" for n, g in zip(names, groups, strict=True)])
+        ax.set_title(f"by {label}")
+        ax.legend()
+    return _save(figure, path)
+
+
+def write_figures(profile: WorkloadProfile, out_dir: Path) -> list[Path]:
+    """Write the profile's PNG figures into ``out_dir`` (created if needed); return their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    figure = Figure(figsize=(11, 4))
+    _histogram(figure.add_subplot(1, 2, 1), profile.input, "input", float(profile.long_context_threshold_tokens))
+    _histogram(figure.add_subplot(1, 2, 2), profile.output, "output", float(profile.short_output_max_tokens))
+    written.append(_save(figure, out_dir / "lengths.png"))
+    if profile.arrivals is not None and profile.arrivals.rate_curve_rps:
+        arrivals = profile.arrivals
+        figure = Figure(figsize=(11, 3.5))
+        ax = figure.add_subplot(1, 1, 1)
+        times = np.arange(len(arrivals.rate_curve_rps)) * arrivals.bin_s
+        ax.step(times, arrivals.rate_curve_rps, where="post")
+        ax.axhline(arrivals.mean_rate_rps, color="grey", linestyle="--", linewidth=1, label="mean")
+        cv = "n/a" if arrivals.iat_cv is None else f"{arrivals.iat_cv:.2f}"
+        ax.set_title(
+            f"arrival rate per {arrivals.bin_s:g} s: mean {arrivals.mean_rate_rps:.2f} req/s, "
+            f"peak/mean {arrivals.peak_to_mean:.2f}, inter-arrival CV {cv}"
+        )
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("requests / s")
+        ax.legend()
+        written.append(_save(figure, out_dir / "arrival_rate.png"))
+    if profile.latency:
+        figure = Figure(figsize=(4 * len(profile.latency), 3.5))
+        for column, (name, stats) in enumerate(sorted(profile.latency.items()), start=1):
+            ax = figure.add_subplot(1, len(profile.latency), column)
+            labels = ["p50", "p90", "p95", "p99"]
+            ax.bar(labels, [stats.p50_s, stats.p90_s, stats.p95_s, stats.p99_s])
+            ax.set_title(f"{name.upper()} (s), mean {stats.mean_s:.3g}")
+        written.append(_save(figure, out_dir / "latency.png"))
+    groups = _groups_figure(profile, out_dir / "groups.png")
+    if groups is not None:
+        written.append(groups)
+    return written
