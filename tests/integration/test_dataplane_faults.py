@@ -95,7 +95,8 @@ async def test_prefill_instance_down_falls_back_local(tmp_path: Path) -> None:
             result = await stream_request(
                 c.session, c.url, {"prompt": prompt_text(2500, salt="x"), "max_tokens": 3}, {"X-Request-Id": "x"}
             )
-            assert result.done and result.errors == []
+            assert result.done
+            assert result.errors == []
             assert result.text == _text("x", 3)
             rec = c.records()[0]
             assert (rec["route"], rec["fallback"]) == ("local_prefill", "prefill_error")
@@ -142,7 +143,8 @@ async def test_crashed_decode_instance_fails_only_its_in_flight_streams(tmp_path
             assert len(on_d1) < num_streams
             for rid, _, errors in results:
                 if rid in on_d1:
-                    assert len(errors) == 1 and errors[0]["code"] == 502
+                    assert len(errors) == 1
+                    assert errors[0]["code"] == 502
                 else:
                     assert errors == []
             # afterwards, requests go to the surviving instance
@@ -150,5 +152,6 @@ async def test_crashed_decode_instance_fails_only_its_in_flight_streams(tmp_path
                 after = await stream_request(
                     c.session, c.url, {"prompt": prompt_text(100, salt=f"a{k}"), "max_tokens": 3}
                 )
-                assert after.done and after.errors == []
+                assert after.done
+                assert after.errors == []
             assert {r["decode_instance"] for r in c.records()[-4:]} == {"d0"}
