@@ -609,7 +609,7 @@ class InstanceEngine:
                 self._finish(request, end_s)
                 result.finished.append(request)
             else:
-                self._join_decode(request, generated, request.num_computed + 1)
+                self._join_decode(request, generated, request.num_computed)
         self._pop_finished(end_s, result.finished)
         return result
 

@@ -710,7 +710,8 @@ class ClusterSimulator:
         want_decode = max(want_decode, group.min_decode)
         slots = group.gpu_budget // group.gpus_per_instance
         if want_prefill + want_decode > slots:
-            want_prefill = max(slots - want_decode, group.min_prefill)
+            # over budget (a guard should have clamped it): keep the prefill target, decode gets the rest
+            want_prefill = min(want_prefill, slots - group.min_decode)
             want_decode = slots - want_prefill
 
         def future(role_is_prefill: bool) -> list[SimInstance]:

@@ -1,0 +1,208 @@
+"""The per-instance engine: scheduling rules, KV accounting, prefix cache, preemption and the closed-form fast path."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from env.sim.engine import EngineConfig, EngineRequest, InstanceEngine, Phase
+from tests.sim.helpers import model
+
+
+def _engine(capacity: int = 1_000_000, seqs: int = 64, budget: int = 2048, cache: bool = True) -> InstanceEngine:
+    config = EngineConfig(
+        kv_capacity_tokens=capacity, max_num_seqs=seqs, max_num_batched_tokens=budget, enable_prefix_caching=cache
+    )
+    return InstanceEngine(config, model())
+
+
+def _drain(engine: InstanceEngine, fast: bool, t: float = 0.0) -> tuple[float, list[EngineRequest]]:
+    done: list[EngineRequest] = []
+    while not engine.is_idle:
+        run = engine.plan_decode_run() if fast else None
+        if run is not None:
+            done += engine.commit_decode_run(run, run.num_steps, t)
+            t += run.duration_s
+        else:
+            result = engine.step(t)
+            assert result is not None
+            t = result.end_s
+            done += result.finished
+    return t, done
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    shapes=st.lists(st.tuples(st.integers(1, 3000), st.integers(1, 300)), min_size=1, max_size=40),
+    capacity=st.sampled_from([20_000, 1_000_000]),
+)
+def test_fast_path_equals_step_by_step(shapes: list[tuple[int, int]], capacity: int) -> None:
+    results = []
+    for fast in (False, True):
+        engine = _engine(capacity=capacity)
+        for i, (prompt, out) in enumerate(shapes):
+            if prompt + out < capacity:
+                engine.add_request(EngineRequest(f"r{i}", prompt, out), 0.0)
+        end, done = _drain(engine, fast)
+        results.append((end, sorted((r.request_id, r.first_token_s, r.finished_s) for r in done), engine.steps))
+        assert engine.kv_used_tokens == 0
+        assert engine.counters.inter_token_latency.count > 0 or all(o == 1 for _, o in shapes)
+    (end_a, done_a, steps_a), (end_b, done_b, steps_b) = results
+    assert steps_a == steps_b
+    assert end_a == pytest.approx(end_b, rel=1e-9)
+    for (ia, fa, za), (ib, fb, zb) in zip(done_a, done_b, strict=True):
+        assert ia == ib
+        assert fa == pytest.approx(fb, rel=1e-9)
+        assert za == pytest.approx(zb, rel=1e-9)
+
+
+def test_chunked_prefill_respects_budget_and_decodes_go_first() -> None:
+    engine = _engine(budget=512)
+    engine.add_request(EngineRequest("short", 10, 50), 0.0)
+    first = engine.step(0.0)
+    assert first is not None
+    assert first.prefill_tokens == 10
+    engine.add_request(EngineRequest("long", 2000, 5), first.end_s)
+    t = first.end_s
+    chunks = []
+    while engine.get("long") is not None and engine.get("long").phase != Phase.DECODING:  # type: ignore[union-attr]
+        result = engine.step(t)
+        assert result is not None
+        assert result.num_tokens <= 512
+        assert result.decode_batch == 1  # the short request keeps decoding while the long one prefills
+        chunks.append(result.prefill_tokens)
+        t = result.end_s
+    assert chunks == [511, 511, 511, 467]
+
+
+def test_step_reports_tokens_first_token_and_finish() -> None:
+    engine = _engine()
+    engine.add_request(EngineRequest("a", 100, 3), 0.0)
+    r1 = engine.step(0.0, report_tokens=True)
+    assert r1 is not None
+    assert r1.first_token == ["a"]
+    assert r1.emitted == ["a"]
+    r2 = engine.step(r1.end_s, report_tokens=True)
+    assert r2 is not None
+    assert r2.emitted == ["a"]
+    assert not r2.finished
+    r3 = engine.step(r2.end_s, report_tokens=True)
+    assert r3 is not None
+    assert [r.request_id for r in r3.finished] == ["a"]
+    done = r3.finished[0]
+    assert done.first_token_s == r1.end_s
+    assert done.finished_s == r3.end_s
+    assert engine.step(r3.end_s) is None
+
+
+def test_prefill_only_pins_kv_until_release_and_kv_ready_skips_prefill() -> None:
+    prefill = _engine()
+    prefill.add_request(EngineRequest("x", 1000, 50, prefill_only=True), 0.0)
+    result = prefill.step(0.0)
+    assert result is not None
+    assert [r.request_id for r in result.prefill_done] == ["x"]
+    assert prefill.kv_used_tokens == 1000
+    assert prefill.is_idle
+    assert not prefill.is_empty
+    prefill.release("x")
+    assert prefill.kv_used_tokens == 0
+    assert prefill.is_empty
+
+    decode = _engine()
+    decode.add_request(EngineRequest("x", 1000, 3, kv_ready=True), 1.0)
+    assert decode.queued_prefill_tokens == 0
+    step = decode.step(1.0)
+    assert step is not None
+    assert step.prefill_tokens == 0
+    assert step.decode_batch == 1
+    assert step.first_token == ["x"]
+    _, done = _drain(decode, fast=False, t=step.end_s)
+    assert [r.request_id for r in done] == ["x"]
+    assert done[0].generated == 3
+
+
+def test_preemption_by_recompute_when_kv_runs_out() -> None:
+    engine = _engine(capacity=3000, budget=4096)
+    for i in range(6):
+        engine.add_request(EngineRequest(f"r{i}", 400, 400), 0.0)
+    _, done = _drain(engine, fast=True)
+    assert len(done) == 6
+    assert engine.counters.num_preemptions > 0
+    assert any(r.num_preemptions > 0 for r in done)
+    assert all(r.generated == r.output_tokens for r in done)
+    assert engine.kv_used_tokens == 0
+
+
+def test_kv_usage_stays_within_capacity_while_running() -> None:
+    engine = _engine(capacity=5000, budget=1024)
+    rng = np.random.default_rng(3)
+    for i in range(30):
+        engine.add_request(EngineRequest(f"r{i}", int(rng.integers(10, 2000)), int(rng.integers(1, 200))), 0.0)
+    t = 0.0
+    while not engine.is_idle:
+        result = engine.step(t)
+        assert result is not None
+        assert 0 <= engine.kv_used_tokens <= engine.config.kv_capacity_tokens
+        assert 0.0 <= engine.kv_usage_frac <= 1.0
+        t = result.end_s
+
+
+def test_prefix_cache_hits_skip_prefill_and_evict_lru() -> None:
+    engine = _engine(capacity=10_000)
+    hashes = (1, 2, 3, 4)
+    engine.add_request(EngineRequest("a", 2100, 1, hashes, 512), 0.0)
+    _drain(engine, fast=False)
+    assert engine.prefix_hit_tokens(hashes, 512, 2100) == 2048
+    engine.add_request(EngineRequest("b", 2100, 1, hashes, 512), 10.0)
+    result = engine.step(10.0)
+    assert result is not None
+    assert result.prefill_tokens == 2100 - 2048
+    assert engine.counters.prefix_cache_hits == 2048
+    assert engine.counters.prefix_cache_queries == 4200
+    # the cache never keeps more than the free KV: a big request evicts the least recently used blocks
+    engine.add_request(EngineRequest("c", 9000, 1, (10, 11), 512), 20.0)
+    _drain(engine, fast=False, t=20.0)
+    assert engine.prefix_hit_tokens(hashes, 512, 2100) < 2048
+    # at least the last prompt token is computed even on a full hit
+    assert engine.prefix_hit_tokens((10, 11), 512, 1024) == 1023
+
+
+def test_steps_covering_inverts_run_time() -> None:
+    engine = _engine()
+    for i in range(8):
+        engine.add_request(EngineRequest(f"r{i}", 500 + i, 100), 0.0)
+    t = 0.0
+    while (run := engine.plan_decode_run()) is None:
+        result = engine.step(t)
+        assert result is not None
+        t = result.end_s
+    for k in (1, 2, 7, run.num_steps - 1):
+        elapsed = run.time_after_s(k) - 1e-7
+        assert InstanceEngine.steps_covering(run, elapsed) == k
+        assert InstanceEngine.steps_covering(run, run.time_after_s(k) + 1e-7) == min(k + 1, run.num_steps)
+    assert InstanceEngine.steps_covering(run, 0.0) == 1
+
+
+def test_abort_frees_everything() -> None:
+    engine = _engine()
+    engine.add_request(EngineRequest("a", 300, 100), 0.0)
+    engine.add_request(EngineRequest("b", 300, 100), 0.0)
+    engine.step(0.0)
+    assert engine.abort("a") is not None
+    assert engine.abort("b") is not None
+    assert engine.is_empty
+    assert engine.kv_used_tokens == 0
+    assert engine.queued_prefill_tokens == 0
+    assert engine.abort("zzz") is None
+
+
+def test_config_rejects_impossible_values() -> None:
+    with pytest.raises(ValueError, match="max_num_batched_tokens"):
+        EngineConfig(kv_capacity_tokens=100, max_num_seqs=64, max_num_batched_tokens=32)
+    with pytest.raises(ValueError, match="prompt_tokens"):
+        EngineRequest("x", 0, 1)
+    assert math.isnan(EngineRequest("y", 5, 1).finished_s)
