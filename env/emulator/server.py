@@ -122,7 +122,7 @@ class EmulatedInstance:
         self._runner: web.AppRunner | None = None
         self._on_crash = on_crash
         self._pinned: dict[str, asyncio.TimerHandle] = {}
-        self._active: set[asyncio.Task[Any]] = set()
+        self._active: dict[asyncio.Task[Any], asyncio.Transport | None] = {}
         self._crash_timer: asyncio.TimerHandle | None = None
         self.port = settings.port
         self.crashed = False
@@ -182,8 +182,11 @@ class EmulatedInstance:
         if self.crashed:
             return
         self.crashed = True
-        for task in list(self._active):
-            task.cancel()
+        for task, transport in list(self._active.items()):
+            if transport is not None:
+                transport.abort()
+            if task is not asyncio.current_task():
+                task.cancel()
         if self._on_crash is not None:
             self._on_crash(self)
         else:
@@ -252,19 +255,20 @@ class EmulatedInstance:
 
     async def _generate(self, request: web.Request, kind: Kind) -> web.StreamResponse:
         task = asyncio.current_task()
-        assert task is not None
-        self._active.add(task)
+        if task is not None:
+            self._active[task] = request.transport
         try:
             return await self._serve(request, kind)
         finally:
-            self._active.discard(task)
+            if task is not None:
+                self._active.pop(task, None)
 
     async def _serve(self, request: web.Request, kind: Kind) -> web.StreamResponse:
-        if self.crashed:
-            raise ConnectionResetError("instance crashed")
-        if self.faults.count_request():
+        if self.crashed or self.faults.count_request():
             self.crash()
-            raise ConnectionResetError("instance crashed")
+            if request.transport is not None:
+                request.transport.abort()  # reset the connection, as a dead process would
+            raise asyncio.CancelledError
         raw = await request.read()
         try:
             parsed = parse_request(kind, raw, self.settings.model_name, self.settings.max_model_len)

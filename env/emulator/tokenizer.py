@@ -8,7 +8,8 @@ default estimate (``chars_per_token: 4``) uses the same ratio, so against the em
 estimate is exact; against a real vLLM it is an estimate.
 
 Generated text is deterministic per request id: output token ``i`` of request ``r`` is a 4-character word
-chosen by a hash of ``(r, i)``; every word is exactly one token under this rule.
+chosen by a hash of ``(r, i)``; every word is exactly one token under this rule. Prompt blocks draw their words
+from a generator seeded by a BLAKE2 hash of the block's key, so unrelated prompts do not share text.
 
 :func:`prompt_text` builds a prompt of an exact token count from Mooncake-style prefix-block hashes, so two
 requests that share leading hash ids share leading text (and therefore prefix-cache hits, in the emulator and
@@ -17,8 +18,11 @@ in the router's estimate alike).
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from collections.abc import Sequence
+
+import numpy as np
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -96,6 +100,11 @@ def prompt_text(
     return "".join(parts)
 
 
+_WORDS = tuple(_word(k) for k in range(256))
+
+
 def _block_text(key: str, num_tokens: int) -> str:
-    base = zlib.crc32(key.encode("utf-8", "surrogatepass"))
-    return "".join(_word(zlib.crc32(i.to_bytes(4, "little"), base)) for i in range(num_tokens))
+    seed = int.from_bytes(hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+    picks = np.random.default_rng(seed).integers(0, 256, num_tokens)
+    words = _WORDS
+    return "".join([words[k] for k in picks.tolist()])

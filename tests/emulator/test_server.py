@@ -1,0 +1,166 @@
+"""One emulated instance over HTTP: endpoints, the NIXL handshake, injected faults, timing from the engine model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+
+from env.emulator import EmulatorHost, FaultConfig, InstanceSpec
+from env.emulator.engine import build_engine
+from env.emulator.tokenizer import output_token_text, prompt_text
+from env.scenario import ClusterConfig
+from tests.router.cluster import parse_sse
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+async def _host(faults: FaultConfig | None = None, time_scale: float = 1.0) -> EmulatorHost:
+    host = EmulatorHost(
+        ClusterConfig(), [InstanceSpec("p0"), InstanceSpec("d0", faults=faults or FaultConfig())], time_scale=time_scale
+    )
+    await host.start()
+    return host
+
+
+async def _metric(session: aiohttp.ClientSession, url: str, line_start: str) -> float:
+    async with session.get(url + "/metrics") as resp:
+        assert resp.headers["Content-Type"].startswith("text/plain; version=")
+        text = await resp.text()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_start))
+
+
+async def test_plain_endpoints(session: aiohttp.ClientSession) -> None:
+    host = await _host()
+    try:
+        url = host.urls["d0"]
+        async with session.get(url + "/health") as resp:
+            assert resp.status == 200
+            assert await resp.read() == b""
+        async with session.get(url + "/v1/models") as resp:
+            models = await resp.json()
+        assert models["object"] == "list"
+        assert models["data"][0]["owned_by"] == "vllm"
+        assert models["data"][0]["max_model_len"] == 32768
+        async with session.post(url + "/tokenize", json={"prompt": "abcdefgh", "return_token_strs": True}) as resp:
+            tokens = await resp.json()
+        assert tokens["count"] == 2
+        assert tokens["token_strs"] == ["abcd", "efgh"]
+        async with session.post(url + "/v1/completions", json={"prompt": "x", "model": "nope"}) as resp:
+            assert resp.status == 404
+            assert (await resp.json())["error"]["type"] == "NotFoundError"
+    finally:
+        await host.stop()
+
+
+async def test_nixl_handshake_and_decode_skips_prefill(session: aiohttp.ClientSession) -> None:
+    host = await _host()
+    try:
+        p, d = host.urls["p0"], host.urls["d0"]
+        prompt = prompt_text(3000, salt="pd")
+        p_body = {"prompt": prompt, "max_tokens": 1, "stream": False, "kv_transfer_params": {"do_remote_decode": True}}
+        async with session.post(p + "/v1/completions", json=p_body, headers={"X-Request-Id": "rid"}) as resp:
+            prefill = await resp.json()
+        params = prefill["kv_transfer_params"]
+        assert set(params) == {
+            "do_remote_prefill", "do_remote_decode", "remote_block_ids", "remote_engine_id", "remote_request_id",
+            "remote_host", "remote_port", "tp_size", "remote_num_tokens",
+        }  # fmt: skip
+        assert params["do_remote_prefill"] is True
+        assert params["do_remote_decode"] is False
+        assert len(params["remote_block_ids"]) == 1
+        assert len(params["remote_block_ids"][0]) == 3000 // 16 + 1
+        assert params["remote_request_id"].startswith("cmpl-rid-0-")
+        assert params["remote_num_tokens"] == 3000
+        assert prefill["usage"]["completion_tokens"] == 1
+        assert prefill["choices"][0]["finish_reason"] == "length"
+        # the prefill instance holds the KV until the decode instance pulls it
+        assert await _metric(session, p, "vllm:kv_cache_usage_perc{") > 0
+        d_body = {"prompt": prompt, "max_tokens": 6, "stream": True, "kv_transfer_params": params}
+        async with session.post(d + "/v1/completions", json=d_body, headers={"X-Request-Id": "rid"}) as resp:
+            assert resp.headers["Content-Type"] == "text/event-stream"
+            events, done = parse_sse(await resp.read())
+        assert done
+        assert "".join(e["choices"][0]["text"] for e in events) == "".join(
+            output_token_text("rid", i) for i in range(6)
+        )
+        assert await _metric(session, p, "vllm:kv_cache_usage_perc{") == 0.0
+        assert await _metric(session, d, 'vllm:prompt_tokens_by_source_total{engine="0",model_name') == 3000
+        assert await _metric(session, d, "vllm:external_prefix_cache_hits_total{") == 2999
+        assert await _metric(session, d, "vllm:nixl_xfer_time_seconds_count{") == 1
+        assert await _metric(session, d, "vllm:request_prefill_kv_computed_tokens_sum{") == 1
+    finally:
+        await host.stop()
+
+
+async def test_failed_pull_is_a_500_or_an_error_event(session: aiohttp.ClientSession) -> None:
+    host = await _host(FaultConfig(transfer_failure_frac=1.0))
+    try:
+        d = host.urls["d0"]
+        params = {"do_remote_prefill": True, "remote_engine_id": "elsewhere", "remote_num_tokens": 100}
+        body = {"prompt": prompt_text(100), "max_tokens": 3, "kv_transfer_params": params}
+        async with session.post(d + "/v1/completions", json=body) as resp:
+            assert resp.status == 500
+            assert (await resp.json())["error"]["type"] == "InternalServerError"
+        async with session.post(d + "/v1/completions", json={**body, "stream": True}) as resp:
+            assert resp.status == 200
+            events, done = parse_sse(await resp.read())
+        assert done
+        assert [set(e) for e in events] == [{"error"}]
+        assert await _metric(session, d, "vllm:nixl_num_failed_transfers_total{") == 2
+        assert await _metric(session, d, 'vllm:request_success_total{engine="0",finished_reason="error"') == 2
+        # an ordinary (aggregated) request is unaffected
+        async with session.post(d + "/v1/completions", json={"prompt": "hi", "max_tokens": 2}) as resp:
+            assert resp.status == 200
+    finally:
+        await host.stop()
+
+
+@pytest.mark.parametrize("time_scale", [1.0, 0.25])
+async def test_ttft_follows_the_engine_model_in_scaled_time(session: aiohttp.ClientSession, time_scale: float) -> None:
+    """An idle instance's TTFT for one prompt is the engine's modelled prefill step, scaled."""
+    host = await _host(time_scale=time_scale)
+    try:
+        engine = build_engine(ClusterConfig())
+        step_s = engine.model.step_time_s(4096, 1, 0, 0, [(4096, 0)])
+        body = {"prompt": prompt_text(4096, salt=str(time_scale)), "max_tokens": 2, "stream": True}
+        loop_time = __import__("asyncio").get_running_loop().time
+        start = loop_time()
+        async with session.post(host.urls["d0"] + "/v1/completions", json=body) as resp:
+            await resp.content.readany()
+            wall_ttft = loop_time() - start
+            await resp.read()
+        assert step_s * time_scale * 0.95 < wall_ttft < step_s * time_scale + 0.03
+        ttft_sum = await _metric(session, host.urls["d0"], "vllm:time_to_first_token_seconds_sum{")
+        assert step_s * 0.95 < ttft_sum < step_s + 0.03 / time_scale  # metrics are in emulated seconds
+    finally:
+        await host.stop()
+
+
+async def test_crash_after_requests_stops_answering(session: aiohttp.ClientSession) -> None:
+    host = EmulatorHost(ClusterConfig(), [InstanceSpec("d0", faults=FaultConfig(crash_after_requests=2))])
+    await host.start()
+    try:
+        url = host.urls["d0"]
+        async with session.post(url + "/v1/completions", json={"prompt": "a", "max_tokens": 1}) as resp:
+            assert resp.status == 200
+        with pytest.raises(aiohttp.ClientError):
+            async with session.post(url + "/v1/completions", json={"prompt": "a", "max_tokens": 1}) as resp:
+                await resp.read()
+        with pytest.raises(aiohttp.ClientError):
+            async with session.get(url + "/health") as resp:
+                await resp.read()
+    finally:
+        await host.stop()
+
+
+def test_chunk_json_is_compact() -> None:
+    assert json.dumps({"a": 1}, separators=(",", ":")) == '{"a":1}'
