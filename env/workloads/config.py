@@ -253,7 +253,14 @@ class _Trace(_Frozen):
     model: str = Field(default="", description="Served model name the requests ask for.")
 
 
-class AzureTraceWorkload(_Trace):
+class _Replay(_Trace):
+    repeat: bool = Field(
+        default=False,
+        description="Replay the window again, back to back, until the horizon (hash ids offset per repetition).",
+    )
+
+
+class AzureTraceWorkload(_Replay):
     """Replay of an Azure LLM inference 2023 CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``).
 
     ``path`` is the CSV itself, or the folder holding both files with ``file`` choosing ``code`` or ``conv``.
@@ -271,7 +278,7 @@ class AzureTraceWorkload(_Trace):
         return self.path / f"AzureLLMInferenceTrace_{self.file}.csv"
 
 
-class MooncakeTraceWorkload(_Trace):
+class MooncakeTraceWorkload(_Replay):
     """Replay of a Mooncake FAST'25 JSONL trace (fields timestamp in ms, input_length, output_length, hash_ids)."""
 
     kind: Literal["trace_mooncake"] = "trace_mooncake"

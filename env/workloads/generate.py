@@ -33,7 +33,7 @@ from env.workloads.lengths import sample_lengths
 from env.workloads.traces.azure import load_azure_csv
 from env.workloads.traces.mooncake import load_mooncake_jsonl
 from env.workloads.traces.servegen import ServeGenClient, load_servegen_folder, sample_servegen
-from env.workloads.traces.window import apply_window
+from env.workloads.traces.window import apply_window, repeat_window
 from env.workloads.types import RequestSpec
 
 __all__ = ["generate_columns", "generate_requests", "load_trace_cached"]
@@ -157,27 +157,45 @@ def _synthetic(
     )
 
 
-def generate_columns(config: WorkloadConfig, rng: np.random.Generator, duration_s: float) -> RequestColumns:
-    """Generate (or replay) the requests of one workload on ``[0, duration_s)``, as columns sorted by arrival.
-
-    Trace replays take the configured window, compress it by ``rate_scale`` and stop at ``duration_s`` or
-    ``max_requests``; they do not draw from ``rng`` (ServeGen sampling does).
-
-    Raises:
-        TraceNotFoundError: a trace file or folder is missing.
-        TraceFormatError: a trace file is malformed (the message names file, line and column).
-    """
-    if duration_s < 0:
-        raise ValueError("duration_s must be non-negative")
-    if isinstance(config, AzureTraceWorkload | MooncakeTraceWorkload):
-        columns = apply_window(
-            load_trace_cached(config),
+def _replay(config: AzureTraceWorkload | MooncakeTraceWorkload, duration_s: float) -> RequestColumns:
+    trace = load_trace_cached(config)
+    if not config.repeat:
+        return apply_window(
+            trace,
             start_s=config.start_s,
             duration_s=config.duration_s,
             rate_scale=config.rate_scale,
             horizon_s=duration_s,
             max_requests=config.max_requests,
         )
+    window = apply_window(trace, start_s=config.start_s, duration_s=config.duration_s, rate_scale=config.rate_scale)
+    if len(window) == 0:
+        return window
+    if config.duration_s is not None:
+        period_s = config.duration_s / config.rate_scale
+    else:  # to the window's last request plus one mean gap
+        last_s = float(window.arrival_s[-1])
+        period_s = last_s + (last_s / (len(window) - 1) if len(window) > 1 else 1.0)
+        period_s = max(period_s, np.nextafter(last_s, np.inf))
+    return repeat_window(window, period_s, duration_s, config.max_requests)
+
+
+def generate_columns(config: WorkloadConfig, rng: np.random.Generator, duration_s: float) -> RequestColumns:
+    """Generate (or replay) the requests of one workload on ``[0, duration_s)``, as columns sorted by arrival.
+
+    Trace replays take the configured window, compress it by ``rate_scale`` (tile it when ``repeat``) and stop at
+    ``duration_s`` or ``max_requests``; they do not draw from ``rng`` (ServeGen sampling does).
+
+    Raises:
+        TraceNotFoundError: a trace file or folder is missing.
+        TraceFormatError: a trace file is malformed (the message names file, line and column).
+        ValueError: a negative duration, or a repeated replay asked for more than
+            :data:`~env.workloads.traces.window.MAX_REPEATED_REQUESTS` requests.
+    """
+    if duration_s < 0:
+        raise ValueError("duration_s must be non-negative")
+    if isinstance(config, AzureTraceWorkload | MooncakeTraceWorkload):
+        columns = _replay(config, duration_s)
         return RequestColumns(
             columns.arrival_s,
             columns.input_tokens,

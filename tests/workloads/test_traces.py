@@ -158,3 +158,32 @@ def test_servegen_config_and_client_subset(traces_dir: Path) -> None:
     columns = generate_columns(config, np.random.default_rng(0), 3_600)
     assert len(columns) == 50
     assert columns.input_tokens.min() >= 1
+
+
+def test_repeat_tiles_the_window_with_fresh_hash_ids(traces_dir: Path) -> None:
+    path = traces_dir / readme.MOONCAKE_SYNTHETIC.file
+    base = {"kind": "trace_mooncake", "path": str(path), "start_s": 100, "duration_s": 200, "rate_scale": 2}
+    once = generate_columns(parse_workload_config(base), np.random.default_rng(0), 1e9)
+    tiled = generate_columns(parse_workload_config({**base, "repeat": True}), np.random.default_rng(0), 350)
+    period_s = 100.0
+    assert np.all(np.diff(tiled.arrival_s) >= 0)
+    assert tiled.arrival_s[-1] < 350
+    second = (tiled.arrival_s >= period_s) & (tiled.arrival_s < 2 * period_s)
+    np.testing.assert_allclose(tiled.arrival_s[second] - period_s, once.arrival_s)
+    np.testing.assert_array_equal(tiled.input_tokens[second], once.input_tokens)
+    rows = np.flatnonzero(second)
+    span = int(once.hash_ids.max()) + 1
+    np.testing.assert_array_equal(tiled.hash_ids_of(int(rows[0])), once.hash_ids_of(0) + span)
+    assert len(tiled) == pytest.approx(3.5 * len(once), rel=0.1)
+    capped = generate_columns(
+        parse_workload_config({**base, "repeat": True, "max_requests": len(once) + 5}), np.random.default_rng(0), 1e9
+    )
+    assert len(capped) == len(once) + 5
+
+
+def test_repeat_without_duration_uses_the_trace_span(traces_dir: Path) -> None:
+    path = traces_dir / readme.AZURE_CODE.file
+    config = parse_workload_config({"kind": "trace_azure", "path": str(path), "repeat": True})
+    columns = generate_columns(config, np.random.default_rng(0), 7_200)
+    assert len(columns) == pytest.approx(2.1 * readme.AZURE_CODE.rows, rel=0.1)
+    assert np.all(np.diff(columns.arrival_s) > -1e-9)
