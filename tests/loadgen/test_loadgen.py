@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from env.emulator import EmulatorHost, InstanceSpec
+from env.loadgen import LoadOptions, RequestResult, replay, requests_from_scenario, summarize, write_csv, write_json
+from env.scenario import ClusterConfig, load_scenario
+from env.workloads import RequestSpec, generate_requests
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_scenario_requests_are_the_simulators_requests() -> None:
+    scenario = load_scenario(REPO / "experiments" / "scenarios" / "mixed-chat-rag-4p4d.yaml")
+    specs = requests_from_scenario(scenario, duration_s=5.0)
+    assert specs == requests_from_scenario(scenario, duration_s=5.0)  # deterministic
+    assert [s.arrival_s for s in specs] == sorted(s.arrival_s for s in specs)
+    children = np.random.default_rng(scenario.seed).spawn(len(scenario.tenants))
+    for tenant, child in zip(scenario.tenants, children, strict=True):
+        expected = generate_requests(tenant.workload, child, 5.0, tenant.name)
+        assert [s for s in specs if s.tenant == tenant.name] == expected
+
+
+def test_summary_percentiles_and_files(tmp_path: Path) -> None:
+    results = [
+        RequestResult(f"r{i}", "a" if i < 10 else "b", float(i), 100, 10, 200, None, 10, 0.01 * (i + 1), 0.02, 0.3)
+        for i in range(20)
+    ]
+    results.append(RequestResult("bad", "b", 0.0, 100, 10, 500, "boom"))
+    summaries = {s.tenant: s for s in summarize(results)}
+    assert set(summaries) == {"a", "b", "all"}
+    assert summaries["a"].num_ok == 10
+    assert summaries["b"].num_errors == 1
+    assert summaries["a"].ttft_p50_s == pytest.approx(0.055)
+    assert summaries["all"].num_requests == 21
+    assert summaries["all"].output_tokens == 200
+    write_json(tmp_path / "out.json", results, list(summaries.values()))
+    doc = json.loads((tmp_path / "out.json").read_text())
+    assert len(doc["requests"]) == 21
+    write_csv(tmp_path / "out.csv", results)
+    assert len((tmp_path / "out.csv").read_text().splitlines()) == 22
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(60)
+async def test_replay_against_one_emulated_instance() -> None:
+    host = EmulatorHost(ClusterConfig(), [InstanceSpec("d0")], time_scale=0.5)
+    await host.start()
+    try:
+        specs = [RequestSpec(f"q{i}", "t1" if i % 2 else "t2", 0.02 * i, 300 + 10 * i, 12) for i in range(10)]
+        options = LoadOptions(url=host.urls["d0"], time_scale=0.5, max_requests=8, max_duration_s=30)
+        results = await replay(specs, options)
+    finally:
+        await host.stop()
+    assert [r.request_id for r in results] == [f"q{i}" for i in range(8)]
+    for r in results:
+        assert r.ok, r.error
+        assert r.output_tokens == 12
+        assert r.ttft_s is not None
+        assert r.tpot_s is not None
+        assert r.e2e_s is not None
+        assert 0 < r.ttft_s < r.e2e_s
+        assert len(r.itl_s) == 11
+        # emulated seconds: a decode step of Llama-3-8B on H200 is ~10 ms whatever the time scale
+        assert 0.005 < r.tpot_s < 0.05
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(30)
+async def test_replay_is_bounded_by_its_duration() -> None:
+    specs = [RequestSpec("late", "t", 100.0, 10, 10)]
+    results = await replay(specs, LoadOptions(url="http://127.0.0.1:9", max_duration_s=0.2))
+    assert results[0].error == "cancelled"
