@@ -2,7 +2,7 @@
 
 Written by :func:`write_figures`: ``lengths.png`` (input and output length histograms, log2 bins),
 ``arrival_rate.png`` (rate curve, when known), ``latency.png`` (TTFT/TPOT/E2E quantiles, when known) and
-``groups.png`` (per-tenant and per-route request shares and mean lengths, when known).
+``groups.png`` (input and output length histograms per tenant and per route, when known).
 """
 
 from __future__ import annotations
@@ -41,22 +41,29 @@ def _histogram(ax: Axes, stats: LengthStats, title: str, threshold: float | None
         ax.legend()
 
 
+def _group_histograms(ax: Axes, groups: list[GroupStats], which: str) -> None:
+    for group in groups:
+        stats: LengthStats = getattr(group, which)
+        edges = np.maximum(np.array(stats.histogram_edges), 0.5)
+        counts = np.array(stats.histogram_counts)
+        share = counts / (counts.sum() or 1.0)
+        ax.stairs(share, edges, label=f"{group.name} ({100 * group.share_frac:.0f} %)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(f"{which} tokens")
+    ax.set_ylabel("share of the group's requests")
+    ax.legend(fontsize="small")
+
+
 def _groups_figure(profile: WorkloadProfile, path: Path) -> Path | None:
-    sets: list[tuple[str, list[GroupStats]]] = [
-        (n, g) for n, g in (("tenant", profile.by_tenant), ("route", profile.by_route)) if g
-    ]
+    sets = [(label, groups) for label, groups in (("tenant", profile.by_tenant), ("route", profile.by_route)) if groups]
     if not sets:
         return None
-    figure = Figure(figsize=(6 * len(sets), 4))
-    for column, (label, groups) in enumerate(sets, start=1):
-        ax = figure.add_subplot(1, len(sets), column)
-        names = [g.name for g in groups]
-        x = np.arange(len(groups))
-        ax.bar(x - 0.2, [g.input.mean for g in groups], width=0.4, label="mean input tokens")
-        ax.bar(x + 0.2, [g.output.mean for g in groups], width=0.4, label="mean output tokens")
-        ax.set_xticks(x, [f"{n}\n{100 * g.share_frac:.0f} %" for n, g in zip(names, groups, strict=True)])
-        ax.set_title(f"by {label}")
-        ax.legend()
+    figure = Figure(figsize=(12, 4 * len(sets)))
+    for row, (label, groups) in enumerate(sets):
+        for column, which in enumerate(("input", "output"), start=1):
+            ax = figure.add_subplot(len(sets), 2, 2 * row + column)
+            _group_histograms(ax, groups, which)
+            ax.set_title(f"{which} length by {label}")
     return _save(figure, path)
 
 

@@ -102,7 +102,7 @@ def _summary_table(p: WorkloadProfile) -> Table:
     if p.success_frac is not None:
         table.add_row("succeeded", _pct(p.success_frac))
     for key, value in p.extras.items():
-        table.add_row(key.replace("_", " "), _n(value, 2))
+        table.add_row(key.replace("_", " "), _n(value, 0 if float(value).is_integer() else 2))
     return table
 
 
@@ -131,7 +131,7 @@ def _groups_table(label: str, groups: list[GroupStats], threshold: int) -> Table
     table = Table(title=f"By {label}")
     for column in (label, "requests", "share", "in mean", "in p50", "in p99", "out mean", "out p50", "out p99",
                    f"in ≥ {threshold}", "TTFT p50/p99 s", "TPOT p50/p99 s"):  # fmt: skip
-        table.add_column(column, justify="right")
+        table.add_column(column, justify="right", no_wrap=column == label)
     for g in groups:
         ttft, tpot = g.latency.get("ttft"), g.latency.get("tpot")
         table.add_row(
