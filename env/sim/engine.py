@@ -47,6 +47,7 @@ returns how many such steps can run before the next completion or KV exhaustion 
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import OrderedDict, deque
@@ -214,21 +215,41 @@ class StepResult:
         return self.start_s + self.duration_s
 
 
-@dataclass(frozen=True, slots=True)
 class DecodeRun:
-    """A planned run of identical-composition decode steps."""
+    """A planned run of decode-only steps: one or more *segments* of identical composition.
 
-    num_steps: int
-    duration_s: float
-    decode_batch: int
-    start_context_tokens: int
-    a_s: float
-    k_s: float
+    Inside a segment the batch is fixed and every context grows by one token per step, so segment ``i`` of
+    ``m`` steps takes ``m a_i + k_i (m c_i + b_i m (m - 1) / 2)``; a segment ends at a completion (the batch
+    shrinks) or where the run stops. ``finishers`` holds the finish-heap entries taken out while planning.
+    """
+
+    __slots__ = ("duration_s", "end_steps", "end_times_s", "finishers", "num_steps", "seg_a", "seg_b", "seg_c", "seg_k")
+
+    def __init__(self) -> None:
+        self.end_steps: list[int] = []
+        self.end_times_s: list[float] = []
+        self.seg_a: list[float] = []
+        self.seg_k: list[float] = []
+        self.seg_b: list[int] = []
+        self.seg_c: list[int] = []
+        self.finishers: list[tuple[int, int, EngineRequest]] = []
+        self.num_steps = 0
+        self.duration_s = 0.0
+
+    @property
+    def decode_batch(self) -> int:
+        """Batch of the first segment."""
+        return self.seg_b[0]
 
     def time_after_s(self, steps: int) -> float:
         """Duration of the first ``steps`` steps of the run."""
-        n, b = steps, self.decode_batch
-        return n * self.a_s + self.k_s * (n * self.start_context_tokens + b * n * (n - 1) / 2.0)
+        i = bisect.bisect_left(self.end_steps, steps) if len(self.end_steps) > 1 else 0
+        if i >= len(self.end_steps):
+            i = len(self.end_steps) - 1
+        base_steps = self.end_steps[i - 1] if i else 0
+        base_s = self.end_times_s[i - 1] if i else 0.0
+        m = steps - base_steps
+        return base_s + m * self.seg_a[i] + self.seg_k[i] * (m * self.seg_c[i] + self.seg_b[i] * m * (m - 1) / 2.0)
 
 
 class InstanceEngine:
@@ -252,6 +273,8 @@ class InstanceEngine:
         self._cache: OrderedDict[int, int] = OrderedDict()
         self._cache_tokens = 0
         self._by_id: dict[str, EngineRequest] = {}
+        coefficients = [model.decode_coefficients(b) for b in range(config.max_num_seqs + 1)]
+        self._decode_tables = ([a for a, _ in coefficients], [k for _, k in coefficients])
 
     # ------------------------------------------------------------------------------------------------ queries
 
@@ -459,14 +482,14 @@ class InstanceEngine:
 
     def can_admit_waiting(self) -> bool:
         """Whether the head of the waiting queue could be admitted at the next step."""
-        return self._can_admit_head()
-
-    def _can_admit_head(self) -> bool:
-        if not self._waiting or self.num_running >= self.config.max_num_seqs:
+        waiting = self._waiting
+        if not waiting or len(self._decoding) + len(self._prefilling) >= self.config.max_num_seqs:
             return False
-        head = self._waiting[0]
+        head = waiting[0]
         need = head.prompt_tokens if head.kv_ready else 1
-        return self._free_tokens() >= need + len(self._decoding)
+        batch = len(self._decoding)
+        free = self.config.kv_capacity_tokens - self._kv_static - self._ctx_offset - batch * self.steps
+        return free >= need + batch
 
     # ------------------------------------------------------------------------------------------------ stepping
 
@@ -475,124 +498,156 @@ class InstanceEngine:
 
         The engine's state is advanced to the end of the step at once; timestamps are the step's end.
         """
-        if self.is_idle:
+        decoding = self._decoding
+        prefilling = self._prefilling
+        waiting = self._waiting
+        if not (waiting or prefilling or decoding):
             return None
         cfg = self.config
+        capacity = cfg.kv_capacity_tokens
         result = StepResult(now_s, 0.0, 0, 0, 0)
-        budget = cfg.max_num_batched_tokens
-
-        self._evict_cache(max(self._free_tokens(), 0))
+        if self._cache:
+            self._evict_cache(max(self._free_tokens(), 0))
         # 1. Decodes first: each needs one more KV slot.
-        while self._decoding and self._free_tokens() < len(self._decoding):
+        while decoding and self._free_tokens() < len(decoding):
             if not self._preempt_one(result):
                 break
-        # 2. Running prefills continue (chunked within the budget), in admission order.
-        budget -= len(self._decoding)
+        batch = len(decoding)
+        budget = cfg.max_num_batched_tokens - batch
+        # free KV after this step's decode tokens; kept up to date locally below
+        free = capacity - self._kv_static - self._ctx_offset - batch * self.steps - batch
         chunks: list[tuple[EngineRequest, int]] = []
-        reserved = 0  # KV tokens promised to this step's chunks and joining decodes
+        completing: list[EngineRequest] = []
+        prefill_tokens = 0
+        # 2. Running prefills continue (chunked within the budget), in admission order.
         index = 0
-        while index < len(self._prefilling) and budget > 0:
-            request = self._prefilling[index]
-            need = min(self._prefill_target(request) - request.num_computed, budget)
-            while self._free_tokens() - len(self._decoding) - reserved < need:
-                if not self._preempt_one(result) or request.phase != Phase.PREFILLING:
+        while index < len(prefilling) and budget > 0:
+            request = prefilling[index]
+            target = request.prompt_tokens + request.generated
+            need = target - request.num_computed
+            if need > budget:
+                need = budget
+            if free < need:
+                while self._free_tokens() - len(decoding) - prefill_tokens < need:
+                    if not self._preempt_one(result) or request.phase != Phase.PREFILLING:
+                        break
+                batch = len(decoding)
+                budget = cfg.max_num_batched_tokens - batch - prefill_tokens
+                free = self._free_tokens() - batch - prefill_tokens
+                if request.phase != Phase.PREFILLING:
+                    continue  # it was the most recent and preempted itself; the list shrank
+                need = min(need, free, budget)
+                if need <= 0:
                     break
-            if request.phase != Phase.PREFILLING:
-                continue  # it was the most recent and preempted itself; the list shrank
-            need = min(need, self._free_tokens() - len(self._decoding) - reserved)
-            if need <= 0:
-                break
             chunks.append((request, need))
+            if request.num_computed + need >= target:
+                completing.append(request)
             budget -= need
-            reserved += need
+            free -= need
+            prefill_tokens += need
             index += 1
         # 3. Admit waiting requests first-come-first-served (never preempting for them).
-        joined: list[EngineRequest] = []
-        while self._waiting and budget > 0 and self.num_running + len(joined) < cfg.max_num_seqs:
-            head = self._waiting[0]
-            free = self._free_tokens() - len(self._decoding) - reserved
+        joined: list[EngineRequest] | None = None
+        running = batch + len(prefilling)
+        max_seqs = cfg.max_num_seqs
+        while waiting and budget > 0 and running < max_seqs:
+            head = waiting[0]
             if head.kv_ready:
                 if free < head.prompt_tokens + 1:
                     break
-                self._waiting.popleft()
+                waiting.popleft()
                 self._order += 1
                 head._order = self._order
                 head.first_scheduled_s = now_s
                 head.num_computed = head.prompt_tokens
-                self._insert_cache(head)
+                if head.hash_ids:
+                    self._insert_cache(head)
+                if joined is None:
+                    joined = []
                 joined.append(head)
                 budget -= 1
-                reserved += head.prompt_tokens + 1
+                free -= head.prompt_tokens + 1
+                running += 1
                 continue
-            hit = self._lookup_cache(head)
-            need = min(self._prefill_target(head) - hit, budget, free - hit)
+            hit = self._lookup_cache(head) if head.hash_ids else 0
+            target = head.prompt_tokens + head.generated
+            need = target - hit
+            if need > budget:
+                need = budget
+            if need > free - hit:
+                need = free - hit
             if need <= 0:
                 break
-            self._waiting.popleft()
+            waiting.popleft()
             self._order += 1
             head._order = self._order
             if head.cached_tokens < 0:
                 head.cached_tokens = hit
-                self.counters.prefix_cache_queries += head.prompt_tokens
-                self.counters.prefix_cache_hits += hit
+                counters = self.counters
+                counters.prefix_cache_queries += head.prompt_tokens
+                counters.prefix_cache_hits += hit
             head.num_computed = hit
             self._kv_static += hit
             self._queued_prefill -= hit
             head.phase = Phase.PREFILLING
-            if math.isnan(head.first_scheduled_s):
+            if head.first_scheduled_s != head.first_scheduled_s:  # NaN: first time
                 head.first_scheduled_s = now_s
-            self._prefilling.append(head)
+            prefilling.append(head)
             chunks.append((head, need))
+            if hit + need >= target:
+                completing.append(head)
             budget -= need
-            reserved += need
-        for request in joined:
-            self._join_decode(request, 0, request.prompt_tokens)
-            self._awaiting_first.append(request)
+            free -= need + hit
+            prefill_tokens += need
+            running += 1
+        if joined is not None:
+            for request in joined:
+                self._join_decode(request, 0, request.prompt_tokens)
+                self._awaiting_first.append(request)
+            batch = len(decoding)
 
-        decode_batch = len(self._decoding)
-        prefill_tokens = sum(n for _, n in chunks)
-        num_tokens = decode_batch + prefill_tokens
+        num_tokens = batch + prefill_tokens
         if num_tokens == 0:
             return None
-        completing = [r for r, n in chunks if r.num_computed + n >= self._prefill_target(r)]
         duration = self.model.step_time_s(
             num_tokens,
-            decode_batch + len(completing),
-            decode_batch,
-            self.context_tokens,
+            batch + len(completing),
+            batch,
+            self._ctx_offset + batch * self.steps,
             [(n, r.num_computed) for r, n in chunks],
         )
         end_s = now_s + duration
         result.duration_s = duration
         result.num_tokens = num_tokens
-        result.decode_batch = decode_batch
+        result.decode_batch = batch
         result.prefill_tokens = prefill_tokens
         if report_tokens:
-            result.emitted.extend(self._decoding)
+            result.emitted.extend(decoding)
 
         # Apply: prefill progress.
         for request, n in chunks:
             request.num_computed += n
-            self._kv_static += n
-            self._queued_prefill -= n
+        self._kv_static += prefill_tokens
+        self._queued_prefill -= prefill_tokens
         self.steps += 1
         counters = self.counters
-        counters.observe_step(duration, decode_batch, num_tokens)
-        for request in self._awaiting_first:
-            request.first_token_s = end_s
-            result.first_token.append(request.request_id)
-        self._awaiting_first.clear()
+        counters.observe_step(duration, batch, num_tokens)
+        if self._awaiting_first:
+            for request in self._awaiting_first:
+                request.first_token_s = end_s
+                result.first_token.append(request.request_id)
+            self._awaiting_first.clear()
         for request in completing:
-            self._prefilling.remove(request)
+            prefilling.remove(request)
             self._kv_static -= request.num_computed
             request.prefill_done_s = end_s
             counters.prompt_tokens += request.prompt_tokens
             counters.prompt_tokens_computed += request.prompt_tokens - max(request.cached_tokens, 0)
-            self._insert_cache(request)
+            if request.hash_ids:
+                self._insert_cache(request)
             if report_tokens:
                 result.emitted.append(request.request_id)
-            first = math.isnan(request.first_token_s)
-            if first:
+            if request.first_token_s != request.first_token_s:  # NaN: first token now
                 request.first_token_s = end_s
                 result.first_token.append(request.request_id)
             if request.prefill_only:
@@ -610,7 +665,8 @@ class InstanceEngine:
                 result.finished.append(request)
             else:
                 self._join_decode(request, generated, request.num_computed)
-        self._pop_finished(end_s, result.finished)
+        if self._finish_heap and self._finish_heap[0][0] <= self.steps:
+            self._pop_finished(end_s, result.finished)
         return result
 
     def _finish(self, request: EngineRequest, end_s: float) -> None:
@@ -633,39 +689,90 @@ class InstanceEngine:
 
     # ------------------------------------------------------------------------------------------------ fast path
 
-    def plan_decode_run(self, max_steps: int = 1 << 30) -> DecodeRun | None:
-        """The run of identical decode steps possible from now, or None when a general step is needed.
+    def plan_decode_run(self, max_steps: int = 1 << 30, max_segments: int = 64) -> DecodeRun | None:  # noqa: C901
+        """The run of decode-only steps possible from now, or None when a general step is needed.
 
         A run needs a non-empty decode batch, no prefill in progress and a waiting queue that cannot be admitted
-        (it stays so during the run: free KV only shrinks and the batch does not change). It ends at the first
-        completion or when the next step's KV would not fit.
+        now (it stays so while the batch does not change: free KV only shrinks). With an empty waiting queue the
+        run continues through completions (a new segment per completion, up to ``max_segments``); otherwise it
+        ends at the first completion. It also ends where the next step's KV would not fit.
         """
-        if self._prefilling or not self._decoding or self._awaiting_first or self._can_admit_head():
+        decoding = self._decoding
+        if self._prefilling or not decoding or self._awaiting_first:
+            return None
+        waiting = self._waiting
+        if waiting and self.can_admit_waiting():
             return None
         heap = self._finish_heap
-        while heap and (heap[0][2].phase != Phase.DECODING or heap[0][2].finish_step != heap[0][0]):
-            heapq.heappop(heap)
-        batch = len(self._decoding)
-        steps_to_finish = heap[0][0] - self.steps if heap else max_steps
-        steps_to_full = self._free_tokens() // batch
-        n = min(steps_to_finish, steps_to_full, max_steps)
-        if n < 2:
+        pop = heapq.heappop
+        steps0 = self.steps
+        batch = len(decoding)
+        ctx = self._ctx_offset + batch * steps0
+        free = self.config.kv_capacity_tokens - self._kv_static - ctx
+        a_table, k_table = self._decode_tables
+        run = DecodeRun()
+        done = 0
+        elapsed = 0.0
+        while True:
+            while heap and (heap[0][2].phase != Phase.DECODING or heap[0][2].finish_step != heap[0][0]):
+                pop(heap)
+            to_finish = heap[0][0] - steps0 - done if heap else max_steps
+            length = min(to_finish, free // batch, max_steps - done)
+            if length <= 0:
+                break
+            if batch < len(a_table):
+                a, k = a_table[batch], k_table[batch]
+            else:
+                a, k = self.model.decode_coefficients(batch)
+            elapsed += length * a + k * (length * ctx + batch * length * (length - 1) / 2.0)
+            done += length
+            run.end_steps.append(done)
+            run.end_times_s.append(elapsed)
+            run.seg_a.append(a)
+            run.seg_k.append(k)
+            run.seg_b.append(batch)
+            run.seg_c.append(ctx)
+            ctx += batch * length
+            free -= batch * length
+            if length < to_finish:
+                break
+            finish_step = steps0 + done
+            while heap and heap[0][0] == finish_step:
+                entry = pop(heap)
+                request = entry[2]
+                if request.phase != Phase.DECODING or request.finish_step != finish_step:
+                    continue
+                run.finishers.append(entry)
+                batch -= 1
+                held = request.ctx_at_join + finish_step - request.join_step
+                ctx -= held
+                free += held
+            if waiting or batch == 0 or len(run.end_steps) >= max_segments:
+                break
+        if done < 2:
+            for entry in run.finishers:
+                heapq.heappush(heap, entry)
             return None
-        a, k = self.model.decode_coefficients(batch)
-        ctx = self.context_tokens
-        duration = n * a + k * (n * ctx + batch * n * (n - 1) / 2.0)
-        return DecodeRun(n, duration, batch, ctx, a, k)
+        run.num_steps = done
+        run.duration_s = elapsed
+        return run
 
     @staticmethod
     def steps_covering(run: DecodeRun, elapsed_s: float) -> int:
         """The number of steps of ``run`` that have started by ``elapsed_s`` (at least 1, at most the run)."""
         if elapsed_s <= 0:
             return 1
-        b = run.decode_batch
-        qa = run.k_s * b / 2.0
-        qb = run.a_s + run.k_s * run.start_context_tokens - qa
-        root = (-qb + math.sqrt(qb * qb + 4.0 * qa * elapsed_s)) / (2.0 * qa) if qa > 0 else elapsed_s / qb
-        n = max(math.ceil(root - 1e-9), 1)
+        times = run.end_times_s
+        i = bisect.bisect_left(times, elapsed_s)
+        if i >= len(times):
+            return run.num_steps
+        base_steps = run.end_steps[i - 1] if i else 0
+        local = elapsed_s - (times[i - 1] if i else 0.0)
+        k, b = run.seg_k[i], run.seg_b[i]
+        qa = k * b / 2.0
+        qb = run.seg_a[i] + k * run.seg_c[i] - qa
+        root = (-qb + math.sqrt(qb * qb + 4.0 * qa * local)) / (2.0 * qa) if qa > 0 else local / qb
+        n = min(max(base_steps + math.ceil(root - 1e-9), base_steps + 1), run.end_steps[i])
         while n > 1 and run.time_after_s(n - 1) >= elapsed_s:
             n -= 1
         while n < run.num_steps and run.time_after_s(n) < elapsed_s:
@@ -675,11 +782,28 @@ class InstanceEngine:
     def commit_decode_run(self, run: DecodeRun, num_steps: int, start_s: float) -> list[EngineRequest]:
         """Apply the first ``num_steps`` steps of ``run`` (planned at ``start_s``); returns finished requests."""
         n = min(num_steps, run.num_steps)
-        end_s = start_s + run.time_after_s(n)
-        self.steps += n
-        self.counters.observe_run(
-            run.a_s + run.k_s * run.start_context_tokens, run.k_s * run.decode_batch, n, run.decode_batch
-        )
+        steps0 = self.steps
+        counters = self.counters
+        previous = 0
+        for i, end in enumerate(run.end_steps):
+            length = min(end, n) - previous
+            if length <= 0:
+                break
+            b = run.seg_b[i]
+            counters.observe_run(run.seg_a[i] + run.seg_k[i] * run.seg_c[i], run.seg_k[i] * b, length, b)
+            previous = end
+        self.steps = steps0 + n
         finished: list[EngineRequest] = []
-        self._pop_finished(end_s, finished)
+        heap = self._finish_heap
+        for entry in run.finishers:
+            request = entry[2]
+            if entry[0] > steps0 + n:
+                heapq.heappush(heap, entry)
+                continue
+            self._ctx_offset -= request.ctx_at_join - request.join_step
+            del self._decoding[request.request_id]
+            request.generated = request.output_tokens
+            self._finish(request, start_s + run.time_after_s(entry[0] - steps0))
+            finished.append(request)
+        run.finishers = []
         return finished

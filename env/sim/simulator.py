@@ -490,7 +490,7 @@ class ClusterSimulator:
             self._start_next(inst)
             return
         run = inst.run
-        if run is not None and inst.engine.can_admit_waiting():
+        if run is not None and (len(run.end_steps) > 1 or inst.engine.can_admit_waiting()):
             steps = InstanceEngine.steps_covering(run, self.now_s - inst.run_start_s)
             if steps < inst.run_steps:
                 inst.run_steps = steps
