@@ -689,7 +689,7 @@ class InstanceEngine:
 
     # ------------------------------------------------------------------------------------------------ fast path
 
-    def plan_decode_run(self, max_steps: int = 1 << 30, max_segments: int = 64) -> DecodeRun | None:  # noqa: C901
+    def plan_decode_run(self, max_steps: int = 1 << 30, max_segments: int = 64) -> DecodeRun | None:
         """The run of decode-only steps possible from now, or None when a general step is needed.
 
         A run needs a non-empty decode batch, no prefill in progress and a waiting queue that cannot be admitted
