@@ -6,7 +6,7 @@ request log adds tenant, route, streaming, status, prefix-hit tokens, TTFT/TPOT/
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,6 +65,52 @@ class RequestRecords:
             hash_ids=columns.hash_ids if has_hashes else None,
             hash_offsets=columns.hash_offsets if has_hashes else None,
             hash_block_tokens=columns.hash_block_tokens,
+        )
+
+    @classmethod
+    def from_tenant_columns(cls, streams: Mapping[str, RequestColumns]) -> RequestRecords:
+        """Records of several tenants' streams merged by arrival (stable: ties keep the mapping's order).
+
+        Hash ids are namespaced per tenant (offset past the previous tenants' largest id), since ids are unique
+        within one source only; the block size of the first stream with hashes is kept.
+        """
+        names = list(streams)
+        parts = [streams[name] for name in names]
+        if not parts:
+            z = np.zeros(0, dtype=np.int64)
+            return cls(input_tokens=z, output_tokens=z, arrival_s=np.zeros(0), tenant=np.zeros(0, dtype=np.str_))
+        arrival = np.concatenate([p.arrival_s for p in parts])
+        order = np.argsort(arrival, kind="stable")
+        tenant = np.repeat(np.array(names, dtype=np.str_), [len(p) for p in parts])
+        with_hashes = [p for p in parts if p.has_hash_ids]
+        hash_ids = hash_offsets = None
+        block_tokens = with_hashes[0].hash_block_tokens if with_hashes else 512
+        if with_hashes:
+            shifted = []
+            base = 0
+            for p in parts:
+                shifted.append(p.hash_ids + base)
+                base += int(p.hash_ids.max()) + 1 if p.has_hash_ids else 0
+            counts = np.concatenate([np.diff(p.hash_offsets) for p in parts])
+            offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+            np.cumsum(counts, out=offsets[1:])
+            merged = RequestColumns(
+                arrival,
+                np.concatenate([p.input_tokens for p in parts]),
+                np.concatenate([p.output_tokens for p in parts]),
+                np.concatenate(shifted),
+                offsets,
+                block_tokens,
+            ).take(order)
+            hash_ids, hash_offsets = merged.hash_ids, merged.hash_offsets
+        return cls(
+            input_tokens=np.concatenate([p.input_tokens for p in parts])[order],
+            output_tokens=np.concatenate([p.output_tokens for p in parts])[order],
+            arrival_s=arrival[order],
+            tenant=tenant[order],
+            hash_ids=hash_ids,
+            hash_offsets=hash_offsets,
+            hash_block_tokens=block_tokens,
         )
 
     @classmethod

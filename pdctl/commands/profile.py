@@ -1,9 +1,10 @@
 """``pdctl profile SOURCE``: portrait of a workload and whether P/D disaggregation is likely to pay off.
 
-SOURCE is an Azure 2023 CSV, a Mooncake JSONL trace, a ServeGen folder, a router JSONL request log, or a Prometheus
-URL (with ``--start``/``--end``). Prints rich tables and the verdict; ``--json`` writes the profile as JSON
-(``-`` for stdout, then nothing else is printed); ``--out DIR`` writes PNG figures and ``profile.json``. Bad input
-prints one line naming the file (or URL) and the problem, and exits 2.
+SOURCE is an Azure 2023 CSV, a Mooncake JSONL trace, a ServeGen folder, a router JSONL request log, a Prometheus
+URL (with ``--start``/``--end``), or a scenario YAML (its tenants' workloads are generated with the scenario's
+seed, or ``--seed``, and profiled together, per tenant). Prints rich tables and the verdict; ``--json`` writes the
+profile as JSON (``-`` for stdout, then nothing else is printed); ``--out DIR`` writes PNG figures and
+``profile.json``. Bad input prints one line naming the file (or URL) and the problem, and exits 2.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from env.workloads.errors import WorkloadError
 __all__ = ["EXIT_BAD_INPUT", "parse_time", "register"]
 
 EXIT_BAD_INPUT = 2
-_KINDS = ("auto", "azure", "mooncake", "router", "servegen", "prometheus")
+_KINDS = ("auto", "azure", "mooncake", "router", "servegen", "prometheus", "scenario")
 _RELATIVE = re.compile(r"^(?:now)?-(\d+(?:\.\d+)?)([smhd])$")
 _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -166,6 +167,24 @@ def _print(p: WorkloadProfile, console: Console) -> None:
             console.print(f"  {number}. {step}")
 
 
+def _profile_scenario(source: str, options: ProfileOptions, seed: int | None) -> WorkloadProfile:
+    # the scenario and simulator modules are imported only for this kind of source
+    from env.profiling import RequestRecords, profile_records
+    from env.scenario import ScenarioError, load_scenario
+    from env.sim.build import generate_workloads
+
+    try:
+        scenario = load_scenario(source)
+    except ScenarioError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        streams = generate_workloads(scenario, seed)
+    except (WorkloadError, ValueError) as exc:
+        raise _fail(f"{source}: {exc}") from None
+    records = RequestRecords.from_tenant_columns(streams)
+    return profile_records(records, source=source, source_kind="scenario", options=options)
+
+
 def _fail(message: str) -> typer.Exit:
     typer.echo(message, err=True)
     return typer.Exit(code=EXIT_BAD_INPUT)
@@ -179,6 +198,7 @@ def _run(
     options: ProfileOptions,
     out: Path | None,
     json_path: str | None,
+    seed: int | None = None,
 ) -> None:
     if kind not in _KINDS:
         raise _fail(f"--format must be one of {', '.join(_KINDS)}, not {kind!r}")
@@ -187,10 +207,13 @@ def _run(
         end_at = None if end is None else parse_time(end)
     except ValueError as exc:
         raise _fail(f"bad --start/--end time: {exc}") from None
-    try:
-        profile = profile_source(source, kind=kind, options=options, start=start_at, end=end_at)  # type: ignore[arg-type]
-    except WorkloadError as exc:
-        raise _fail(str(exc)) from None
+    if kind == "scenario" or (kind == "auto" and source.lower().endswith((".yaml", ".yml"))):
+        profile = _profile_scenario(source, options, seed)
+    else:
+        try:
+            profile = profile_source(source, kind=kind, options=options, start=start_at, end=end_at)  # type: ignore[arg-type]
+        except WorkloadError as exc:
+            raise _fail(str(exc)) from None
     document = json.dumps(profile.to_dict(), indent=2)
     if json_path == "-":
         typer.echo(document)
@@ -231,6 +254,7 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         max_groups: int = typer.Option(12, "--max-groups", min=1, help="Tenants/routes listed before 'other'."),
         out: Path | None = typer.Option(None, "--out", help="Folder for PNG figures and profile.json."),  # noqa: B008
         json_path: str | None = typer.Option(None, "--json", help="Write the profile as JSON here ('-': stdout)."),
+        seed: int | None = typer.Option(None, "--seed", help="Scenario sources: seed instead of the scenario's."),
     ) -> None:
         """Profile a workload and say whether P/D disaggregation pays off."""
         options = ProfileOptions(
@@ -239,4 +263,4 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
             bin_s=bin_s,
             max_groups=max_groups,
         )
-        _run(source, kind, start, end, options, out, json_path)
+        _run(source, kind, start, end, options, out, json_path, seed)

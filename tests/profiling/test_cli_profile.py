@@ -132,3 +132,33 @@ def test_parse_time_forms() -> None:
     assert parse_time("2026-01-01T00:00:00") == datetime(2026, 1, 1, tzinfo=UTC)
     with pytest.raises(ValueError, match="isoformat"):
         parse_time("tomorrow")
+
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "experiments" / "scenarios"
+
+
+def test_profile_a_scenario_per_tenant(tmp_path: Path) -> None:
+    scenario = SCENARIOS / "mixed-chat-rag-aggregated.yaml"
+    if not scenario.exists():
+        pytest.skip(f"{scenario} is absent")
+    path = tmp_path / "s.json"
+    code, output = _invoke(str(scenario), "--json", str(path), "--seed", "3")
+    assert code == 0, output
+    document = json.loads(path.read_text())
+    assert document["source_kind"] == "scenario"
+    tenants = {g["name"]: g for g in document["by_tenant"]}
+    assert set(tenants) == {"chatbot", "rag"}
+    assert tenants["rag"]["long_context_frac"] > 0.9
+    assert document["prefix_reuse"]["block_reuse_frac"] > 0
+    again = tmp_path / "again.json"
+    _invoke(str(scenario), "--json", str(again), "--seed", "3")
+    assert json.loads(again.read_text()) == document
+
+
+def test_bad_scenario_is_one_line_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nduration_s: -1\n")
+    result = runner.invoke(app, ["profile", str(bad)])
+    assert result.exit_code == 2
+    assert all(line.startswith(str(bad)) for line in result.output.strip().splitlines())
+    assert "Traceback" not in result.output

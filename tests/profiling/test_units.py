@@ -116,3 +116,28 @@ def test_rate_curve_stats() -> None:
     assert stats.mean_rate_rps == pytest.approx(2.0)
     assert stats.peak_to_mean == pytest.approx(1.5)
     assert stats.iat_cv is None
+
+
+def test_merging_tenant_streams_namespaces_hash_ids() -> None:
+    from env.profiling.records import RequestRecords
+    from env.workloads.columns import RequestColumns
+
+    a = RequestColumns.from_arrays(
+        np.array([0.0, 2.0]), np.array([600, 600]), np.array([1, 1]),
+        hash_ids=np.array([0, 1, 0, 2]), hash_offsets=np.array([0, 2, 4]),
+    )  # fmt: skip
+    b = RequestColumns.from_arrays(
+        np.array([1.0]), np.array([600]), np.array([1]), hash_ids=np.array([0, 1]), hash_offsets=np.array([0, 2])
+    )
+    c = RequestColumns.from_arrays(np.array([0.5]), np.array([10]), np.array([5]))
+    records = RequestRecords.from_tenant_columns({"a": a, "b": b, "c": c})
+    assert records.tenant is not None
+    assert records.tenant.tolist() == ["a", "c", "b", "a"]
+    assert records.arrival_s is not None
+    assert records.arrival_s.tolist() == [0.0, 0.5, 1.0, 2.0]
+    assert records.hash_offsets is not None
+    assert records.hash_ids is not None
+    assert records.hash_offsets.tolist() == [0, 2, 2, 4, 6]
+    assert records.hash_ids.tolist() == [0, 1, 3, 4, 0, 2]  # b's ids shifted past a's max id
+    reuse = prefix_reuse_from_hashes(records.hash_ids, records.hash_offsets, records.input_tokens, 512)
+    assert reuse.block_reuse_frac == pytest.approx(1 / 6)  # only a's second request reuses block 0
