@@ -82,7 +82,7 @@ def profile_source(
     """Load and profile one source.
 
     Raises:
-        TraceNotFoundError, TraceFormatError: a missing or malformed file (one-line message).
+        TraceNotFoundError, TraceFormatError: a missing, malformed or empty file (one-line message).
         PrometheusSourceError: Prometheus unreachable, failing or empty, or the time range missing.
     """
     options = options or ProfileOptions()
@@ -93,6 +93,13 @@ def profile_source(
             raise PrometheusSourceError(f"{source}: a Prometheus source needs --start and --end")
         return profile_prometheus(source, start, end, options=options)
     path = Path(source)
+    profile = _profile_path(path, source, kind, options)
+    if profile.num_requests <= 0:
+        raise TraceFormatError(path, "no requests to profile")
+    return profile
+
+
+def _profile_path(path: Path, source: str, kind: SourceKind, options: ProfileOptions) -> WorkloadProfile:
     if kind == "servegen":
         return profile_servegen(load_servegen_folder(path), source=source, options=options)
     if kind == "router":

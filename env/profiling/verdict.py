@@ -1,6 +1,7 @@
 """The verdict: is P/D disaggregation likely to pay off for this traffic, and if not, what comes first?
 
-Rules, in order (thresholds are the named constants below; ``T`` is the long-context threshold, default 2048):
+Rules, in order (thresholds are the named constants below; ``T`` is the long-context threshold, default 2048),
+after a first check that there are at least :data:`MIN_REQUESTS_FOR_VERDICT` requests (else: evaluate, too few):
 
 1. **Short in, short out** (the seed's rule). If at least :data:`NOT_A_PRIORITY_SHORT_SHORT_FRAC` of requests have
    input < ``T`` *and* output < :data:`SHORT_OUTPUT_MAX_TOKENS`, disaggregation is **not a priority**: prefills are
@@ -33,6 +34,7 @@ __all__ = [
     "CONSIDER_LONG_CONTEXT_FRAC",
     "HIGH_PREFIX_REUSE_FRAC",
     "LONG_CONTEXT_THRESHOLD_TOKENS",
+    "MIN_REQUESTS_FOR_VERDICT",
     "NOT_A_PRIORITY_SHORT_SHORT_FRAC",
     "PAYS_OFF_LONG_CONTEXT_FRAC",
     "SHORT_DECODE_MEDIAN_TOKENS",
@@ -64,6 +66,8 @@ SHORT_DECODE_MEDIAN_TOKENS = 32
 BURSTY_IAT_CV = 2.0
 #: Peak-to-mean rate (at the profile's bin) from which arrivals count as bursty.
 BURSTY_PEAK_TO_MEAN = 2.0
+#: Fewer requests than this give no verdict ("evaluate", with the reason).
+MIN_REQUESTS_FOR_VERDICT = 100
 
 _SHORT_FIRST_STEPS = (
     "continuous batching (vLLM's default scheduler) with max_num_seqs/max_num_batched_tokens sized for the load",
@@ -129,6 +133,7 @@ def _thresholds(threshold_tokens: int) -> dict[str, float]:
         "short_decode_median_tokens": float(SHORT_DECODE_MEDIAN_TOKENS),
         "bursty_iat_cv": BURSTY_IAT_CV,
         "bursty_peak_to_mean": BURSTY_PEAK_TO_MEAN,
+        "min_requests_for_verdict": float(MIN_REQUESTS_FOR_VERDICT),
     }
 
 
@@ -168,9 +173,13 @@ def decide_verdict(v: VerdictInputs) -> Verdict:
         and v.tpot_p50_s > 0
         and v.tpot_p99_s / v.tpot_p50_s >= TPOT_INTERFERENCE_RATIO
     )
-    if math.isnan(v.short_short_frac) or v.num_requests <= 0:
+    if math.isnan(v.short_short_frac) or v.num_requests < MIN_REQUESTS_FOR_VERDICT:
         return Verdict(
-            Decision.EVALUATE, "Not enough data to judge", ["the source has no requests"], [], _thresholds(threshold)
+            Decision.EVALUATE,
+            "Not enough data to judge",
+            [f"{v.num_requests:.0f} requests, fewer than the {MIN_REQUESTS_FOR_VERDICT} a verdict needs"],
+            ["profile a longer window of traffic"],
+            _thresholds(threshold),
         )
     if v.short_short_frac >= NOT_A_PRIORITY_SHORT_SHORT_FRAC:
         decision = Decision.NOT_A_PRIORITY

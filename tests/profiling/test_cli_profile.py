@@ -90,6 +90,7 @@ def test_short_chat_router_log_is_not_a_priority(tmp_path: Path) -> None:
         (["http://127.0.0.1:9", "--start", "now-1h", "--end", "now"], "Prometheus unreachable"),
         (["http://127.0.0.1:9", "--start", "noon", "--end", "now"], "bad --start/--end time"),
         (["{tmp}"], "no chunk-<client>-trace.csv files"),
+        (["{tmp}/empty.csv"], "{tmp}/empty.csv: no requests to profile"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], expected: str) -> None:
@@ -100,6 +101,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], expected:
         '{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [0]}\n{x\n'
     )
     (tmp_path / "odd.jsonl").write_text('{"prompt": "hi"}\n')
+    (tmp_path / "empty.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
     result = runner.invoke(app, ["profile", *(a.format(tmp=tmp_path) for a in args)])
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()

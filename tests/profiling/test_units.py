@@ -141,3 +141,36 @@ def test_merging_tenant_streams_namespaces_hash_ids() -> None:
     assert records.hash_ids.tolist() == [0, 1, 3, 4, 0, 2]  # b's ids shifted past a's max id
     reuse = prefix_reuse_from_hashes(records.hash_ids, records.hash_offsets, records.input_tokens, 512)
     assert reuse.block_reuse_frac == pytest.approx(1 / 6)  # only a's second request reuses block 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    inputs=st.lists(st.integers(1, 200_000), min_size=1, max_size=300),
+    seed=st.integers(0, 2**16),
+    threshold=st.integers(1, 10_000),
+)
+def test_profile_invariants(inputs: list[int], seed: int, threshold: int) -> None:
+    import json
+
+    from env.profiling import ProfileOptions, RequestRecords, profile_records
+
+    rng = np.random.default_rng(seed)
+    n = len(inputs)
+    records = RequestRecords(
+        input_tokens=np.array(inputs, dtype=np.int64),
+        output_tokens=rng.integers(1, 3000, n),
+        arrival_s=np.sort(rng.random(n) * 100),
+        tenant=rng.choice(np.array(["a", "b", "c"]), n),
+    )
+    p = profile_records(records, source="h", options=ProfileOptions(long_context_threshold_tokens=threshold))
+    for frac in (p.long_context_frac, p.short_short_frac):
+        assert 0.0 <= frac <= 1.0
+    assert p.short_short_frac <= 1.0 - p.long_context_frac + 1e-12
+    for stats in (p.input, p.output):
+        assert stats.min is not None
+        assert stats.max is not None
+        assert stats.min <= stats.p50 <= stats.p90 <= stats.p95 <= stats.p99 <= stats.max
+        assert sum(stats.histogram_counts) == n
+    assert sum(g.num_requests for g in p.by_tenant) == n
+    assert sum(g.share_frac for g in p.by_tenant) == pytest.approx(1.0)
+    json.dumps(p.to_dict(), allow_nan=False)

@@ -10,6 +10,7 @@ from env.profiling import Decision, RequestRecords, profile_records, profile_sou
 from env.profiling.verdict import (
     CONSIDER_LONG_CONTEXT_FRAC,
     HIGH_PREFIX_REUSE_FRAC,
+    MIN_REQUESTS_FOR_VERDICT,
     NOT_A_PRIORITY_SHORT_SHORT_FRAC,
     PAYS_OFF_LONG_CONTEXT_FRAC,
     TPOT_INTERFERENCE_RATIO,
@@ -91,6 +92,8 @@ def test_azure_conversation_is_worth_evaluating(traces_dir: Path) -> None:
         ({"long_context_frac": 0.15, "tpot_p50_s": 0.02, "tpot_p99_s": 0.1}, Decision.PAYS_OFF),
         ({"long_context_frac": 0.15, "tpot_p50_s": 0.02, "tpot_p99_s": 0.03}, Decision.EVALUATE),
         ({"num_requests": 0}, Decision.EVALUATE),
+        ({"num_requests": MIN_REQUESTS_FOR_VERDICT - 1, "short_short_frac": 1.0}, Decision.EVALUATE),
+        ({"num_requests": MIN_REQUESTS_FOR_VERDICT, "short_short_frac": 1.0}, Decision.NOT_A_PRIORITY),
     ],
 )
 def test_rules(changes: dict[str, float], decision: Decision) -> None:
