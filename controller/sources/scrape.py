@@ -3,7 +3,9 @@
 Each tick scrapes all endpoints concurrently, parses them with prometheus_client's text parser (by metric
 and label name), labels instance series with the instance id, and answers window queries by diffing the
 newest scrape against the oldest one still inside the window — the same aggregates Prometheus would return
-(counter resets count from zero; a series seen once has no increase yet; quantiles from bucket deltas).
+(counter resets count from zero; a series that appears while its endpoint was already answering counts
+from zero, one whose endpoint was not read at the window start has no increase yet; quantiles from bucket
+deltas).
 An endpoint that fails contributes no series (unknown); when every endpoint fails the readout is unavailable.
 """
 
@@ -33,6 +35,8 @@ class Snapshot:
 
     time_s: float
     samples: Samples
+    answered: frozenset[str] = frozenset()
+    """Endpoints (instance ids; ``""`` for the router) that answered this scrape."""
 
 
 def parse_exposition(text: str, extra_labels: Mapping[str, str], into: Samples) -> None:
@@ -99,7 +103,7 @@ class ScrapeReader:
             raise SourceUnavailableError("no endpoints to scrape")
         texts = await asyncio.gather(*(self._get(url) for url, _ in targets))
         samples: Samples = {}
-        answered = 0
+        answered: set[str] = set()
         for (_, labels), text in zip(targets, texts, strict=True):
             if text is None:
                 continue
@@ -107,10 +111,10 @@ class ScrapeReader:
                 parse_exposition(text, labels, samples)
             except ValueError:
                 continue
-            answered += 1
-        if answered == 0:
+            answered.add(labels.get(self.instance_label, ""))
+        if not answered:
             raise SourceUnavailableError(f"none of {len(targets)} /metrics endpoints answered")
-        snapshot = Snapshot(now_s, samples)
+        snapshot = Snapshot(now_s, samples, frozenset(answered))
         self.remember(snapshot)
         return snapshot
 
@@ -143,8 +147,7 @@ class ScrapeReader:
         window_s = newest.time_s - base.time_s if base is not None else self.window_s
         return Readout(results, window_s, newest.time_s)
 
-    @staticmethod
-    def _increase(name: str, newest: Snapshot, base: Snapshot | None) -> dict[LabelKey, float]:
+    def _increase(self, name: str, newest: Snapshot, base: Snapshot | None) -> dict[LabelKey, float]:
         if base is None:
             return {}
         before = base.samples.get(name, {})
@@ -152,7 +155,12 @@ class ScrapeReader:
         for key, value in newest.samples.get(name, {}).items():
             previous = before.get(key)
             if previous is None:
-                continue
+                # A series absent from an endpoint that did answer the base scrape was born inside the window
+                # (counters start at zero); one whose endpoint did not answer has no base yet.
+                endpoint = dict(key).get(self.instance_label, "")
+                if endpoint not in base.answered:
+                    continue
+                previous = 0.0
             out[key] = value - previous if value >= previous else value
         return out
 

@@ -1,0 +1,112 @@
+"""Parity: the Prometheus source and the built-in scraper read the same emulated cluster into the same window.
+
+One live cluster (emulated instances + router) is scraped by a real Prometheus and, at the same time, by the
+controller's own scraper. Traffic runs strictly inside the window (quiet edges), so both sources see the
+same requests; the windows are then compared field by field, and against the router's own request log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+from controller.sources.base import InstanceInfo, Topology
+from controller.sources.prometheus import PrometheusReader
+from controller.sources.scrape import ScrapeReader
+from controller.sources.source import MetricSource
+from controller.sources.window import WindowBuilder
+from env.emulator.tokenizer import prompt_text
+from tests.controller.harness import prometheus, wait_until
+from tests.controller.stack import POLICY
+from tests.router.cluster import live_cluster, stream_request
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+
+TENANTS = ["chat", "rag"]
+GROUPS = ["interactive"]
+
+
+def _close(a: float | None, b: float | None, rel: float, abs_: float = 1e-9) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=rel, abs_tol=abs_)
+
+
+async def test_prometheus_and_scraper_windows_agree(tmp_path: Path) -> None:
+    async with live_cluster(tmp_path, num_prefill=1, num_decode=2, policy_yaml=POLICY) as cluster:
+        instances = {iid: (url, "interactive") for iid, url in cluster.host.urls.items()}
+        with prometheus(tmp_path, cluster.url, instances) as prom:
+            topology = Topology.from_instances(
+                [
+                    InstanceInfo(iid, "interactive", "prefill" if iid.startswith("p") else "decode", url)
+                    for iid, url in cluster.host.urls.items()
+                ]
+            )
+
+            def scraping() -> bool:
+                rows = prom.query("count_over_time(vllm:kv_cache_usage_perc[10s])")
+                return len(rows) == 3 and all(float(r["value"][1]) >= 2 for r in rows)
+
+            await wait_until(lambda: asyncio.to_thread(scraping), 30, what="Prometheus to scrape every instance")
+
+            async def send(tenant: str, tokens: int, n: int) -> None:
+                body = {"max_tokens": 6, "prompt": prompt_text(tokens, salt=f"{tenant}-{n}")}
+                result = await stream_request(cluster.session, cluster.url, body, {"X-Tenant-Id": tenant})
+                assert result.status == 200
+
+            # Every series exists (and Prometheus has scraped it) before the window starts.
+            await asyncio.gather(send("chat", 120, -1), send("rag", 5000, -1), send("rag", 2500, -2))
+            await asyncio.sleep(2.5)
+            primed = len(cluster.records())
+            scraper = ScrapeReader(f"{cluster.url}/metrics", window_s=60.0, timeout_s=2.0)
+            builder = WindowBuilder()
+            t0 = time.time()
+            await scraper.scrape(topology, t0)
+            await asyncio.sleep(1.5)
+
+            for n in range(8):
+                await asyncio.gather(send("chat", 120, n), send("rag", 5000, n), send("rag", 2500, n + 100))
+                await asyncio.sleep(0.3)
+            await asyncio.sleep(3.0)  # let Prometheus scrape the final counter values
+            t1 = time.time()
+            scrape_window = await MetricSource(scraper, builder, 60.0, t0).observe(topology, TENANTS, GROUPS, t1)
+            prom_reader = PrometheusReader(prom.url, window_s=t1 - t0, timeout_s=5.0)
+            prom_window = await MetricSource(prom_reader, builder, t1 - t0, t0).observe(topology, TENANTS, GROUPS, t1)
+            await scraper.close()
+            await prom_reader.close()
+            assert scrape_window.error is None
+            assert prom_window.error is None
+            a, b = scrape_window.window, prom_window.window
+
+    records = cluster.records()[primed:]
+    for tenant in TENANTS:
+        mine = [r for r in records if r["tenant"] == tenant]
+        sa, sb = a.tenants[tenant], b.tenants[tenant]
+        # Ground truth from the router's own request log.
+        assert sa.request_rate_rps == pytest.approx(len(mine) / a.window_s, rel=1e-6)
+        assert sa.mean_input_tokens == pytest.approx(sum(r["input_tokens"] for r in mine) / len(mine), rel=1e-6)
+        # Prometheus extrapolates increase() to the window edges: rates agree within that, ratios closely.
+        assert _close(sa.request_rate_rps, sb.request_rate_rps, rel=0.35), (sa, sb)
+        assert _close(sa.mean_input_tokens, sb.mean_input_tokens, rel=0.02)
+        assert _close(sa.mean_output_tokens, sb.mean_output_tokens, rel=0.02)
+        assert _close(sa.remote_prefill_frac, sb.remote_prefill_frac, rel=0.05, abs_=0.02)
+        for field in ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "tpot_p50_s", "tpot_p95_s", "tpot_p99_s"):
+            assert _close(getattr(sa, field), getattr(sb, field), rel=0.05), field
+        # What neither source can know stays unknown in both.
+        for field in ("p95_input_tokens", "slo_attainment_frac", "goodput_rps", "prefix_cache_hit_frac"):
+            assert getattr(sa, field) is None
+            assert getattr(sb, field) is None
+    assert a.tenants["rag"].remote_prefill_frac is not None
+    assert a.tenants["rag"].remote_prefill_frac > 0
+    ga, gb = a.groups["interactive"], b.groups["interactive"]
+    assert (ga.num_prefill, ga.num_decode) == (gb.num_prefill, gb.num_decode) == (1, 2)
+    for field in ("prefill_queue_wait_s", "prefix_cache_hit_frac", "kv_transfer_failure_frac"):
+        assert _close(getattr(ga, field), getattr(gb, field), rel=0.05, abs_=1e-3), field
+    for field in ("decode_kv_usage_frac", "prefill_kv_usage_frac", "decode_active_seqs", "prefill_queue_requests"):
+        assert _close(getattr(ga, field), getattr(gb, field), rel=0.05, abs_=0.05), field
+    assert ga.kv_transfer_time_p95_s is not None
+    assert _close(ga.kv_transfer_time_p95_s, gb.kv_transfer_time_p95_s, rel=0.1)
