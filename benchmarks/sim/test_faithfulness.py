@@ -128,7 +128,8 @@ def test_md1_mean_wait(load: float, n: int) -> None:
     simulated, theory = _single_instance(load, n, seed=2026)
     error = abs(simulated - theory) / theory
     print(
-        f"\nM/D/1 load {load}: simulated {simulated * 1e3:.3f} ms, theory {theory * 1e3:.3f} ms, error {100 * error:.2f} %"
+        f"\nM/D/1 load {load}: simulated {simulated * 1e3:.3f} ms, theory {theory * 1e3:.3f} ms, "
+        f"error {100 * error:.2f} %"
     )
     assert error <= 0.05
 
