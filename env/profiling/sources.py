@@ -21,9 +21,13 @@ from env.profiling.servegen import profile_servegen
 from env.workloads.errors import TraceFormatError, TraceNotFoundError
 from env.workloads.traces import load_azure_csv, load_mooncake_jsonl, load_servegen_folder
 
-__all__ = ["SourceKind", "detect_source_kind", "profile_source"]
+__all__ = ["PER_REQUEST_KINDS", "SourceKind", "detect_source_kind", "load_records", "profile_source"]
 
 SourceKind = Literal["auto", "azure", "mooncake", "router", "servegen", "prometheus"]
+
+#: Kinds with per-request records (the others only have distributions).
+PER_REQUEST_KINDS: tuple[SourceKind, ...] = ("azure", "mooncake", "router")
+_SOURCE_KIND_NAMES = {"azure": "azure_csv", "mooncake": "mooncake_jsonl", "router": "router_log"}
 
 
 def _first_record_fields(path: Path) -> set[str]:
@@ -71,6 +75,24 @@ def detect_source_kind(source: str) -> SourceKind:
     )
 
 
+def load_records(source: str, kind: SourceKind = "auto") -> tuple[RequestRecords, SourceKind]:
+    """Per-request records of a trace file or router log, with the kind that was read.
+
+    Raises:
+        TraceNotFoundError, TraceFormatError: a missing or malformed file, or a source without per-request
+            records (ServeGen folder, Prometheus).
+    """
+    if kind == "auto":
+        kind = detect_source_kind(source)
+    path = Path(source)
+    if kind not in PER_REQUEST_KINDS:
+        raise TraceFormatError(path, f"a {kind} source has distributions, not per-request records")
+    if kind == "router":
+        return load_router_log(path), kind
+    columns = load_azure_csv(path) if kind == "azure" else load_mooncake_jsonl(path)
+    return RequestRecords.from_columns(columns), kind
+
+
 def profile_source(
     source: str,
     *,
@@ -92,24 +114,11 @@ def profile_source(
         if start is None or end is None:
             raise PrometheusSourceError(f"{source}: a Prometheus source needs --start and --end")
         return profile_prometheus(source, start, end, options=options)
-    path = Path(source)
-    profile = _profile_path(path, source, kind, options)
-    if profile.num_requests <= 0:
-        raise TraceFormatError(path, "no requests to profile")
-    return profile
-
-
-def _profile_path(path: Path, source: str, kind: SourceKind, options: ProfileOptions) -> WorkloadProfile:
     if kind == "servegen":
-        return profile_servegen(load_servegen_folder(path), source=source, options=options)
-    if kind == "router":
-        return profile_records(load_router_log(path), source=source, source_kind="router_log", options=options)
-    if kind == "azure":
-        columns = load_azure_csv(path)
-        return profile_records(
-            RequestRecords.from_columns(columns), source=source, source_kind="azure_csv", options=options
-        )
-    columns = load_mooncake_jsonl(path)
-    return profile_records(
-        RequestRecords.from_columns(columns), source=source, source_kind="mooncake_jsonl", options=options
-    )
+        profile = profile_servegen(load_servegen_folder(Path(source)), source=source, options=options)
+    else:
+        records, kind = load_records(source, kind)
+        profile = profile_records(records, source=source, source_kind=_SOURCE_KIND_NAMES[kind], options=options)
+    if profile.num_requests <= 0:
+        raise TraceFormatError(Path(source), "no requests to profile")
+    return profile

@@ -4,7 +4,9 @@ SOURCE is an Azure 2023 CSV, a Mooncake JSONL trace, a ServeGen folder, a router
 URL (with ``--start``/``--end``), or a scenario YAML (its tenants' workloads are generated with the scenario's
 seed, or ``--seed``, and profiled together, per tenant). Prints rich tables and the verdict; ``--json`` writes the
 profile as JSON (``-`` for stdout, then nothing else is printed); ``--out DIR`` writes PNG figures and
-``profile.json``. Bad input prints one line naming the file (or URL) and the problem, and exits 2.
+``profile.json``; ``--emit-workload FILE`` writes, per tenant, a synthetic workload fitted to the requests
+(:func:`env.profiling.fit.fit_workload`). Bad input prints one line naming the file (or URL) and the problem, and
+exits 2.
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import typer
+import yaml
 from rich.console import Console
 from rich.table import Table
 
-from env.profiling import Decision, ProfileOptions, WorkloadProfile, profile_source
+from env.profiling import Decision, ProfileOptions, RequestRecords, WorkloadProfile, profile_records, profile_source
+from env.profiling.fit import fit_workload
 from env.profiling.profile import GroupStats, LatencyStats, LengthStats
+from env.profiling.sources import PER_REQUEST_KINDS, detect_source_kind, load_records
 from env.profiling.verdict import LONG_CONTEXT_THRESHOLD_TOKENS, SHORT_OUTPUT_MAX_TOKENS
 from env.workloads.errors import WorkloadError
 
@@ -167,9 +172,8 @@ def _print(p: WorkloadProfile, console: Console) -> None:
             console.print(f"  {number}. {step}")
 
 
-def _profile_scenario(source: str, options: ProfileOptions, seed: int | None) -> WorkloadProfile:
+def _scenario_records(source: str, seed: int | None) -> RequestRecords:
     # the scenario and simulator modules are imported only for this kind of source
-    from env.profiling import RequestRecords, profile_records
     from env.scenario import ScenarioError, load_scenario
     from env.sim.build import generate_workloads
 
@@ -181,8 +185,46 @@ def _profile_scenario(source: str, options: ProfileOptions, seed: int | None) ->
         streams = generate_workloads(scenario, seed)
     except (WorkloadError, ValueError) as exc:
         raise _fail(f"{source}: {exc}") from None
-    records = RequestRecords.from_tenant_columns(streams)
-    return profile_records(records, source=source, source_kind="scenario", options=options)
+    return RequestRecords.from_tenant_columns(streams)
+
+
+def _emit_workloads(records: RequestRecords, source: str, path: Path) -> None:
+    tenants = ["default"] if records.tenant is None else sorted(set(records.tenant.tolist()))
+    fitted: dict[str, object] = {}
+    for tenant in tenants:
+        part = records if records.tenant is None else records.take(records.tenant == tenant)
+        try:
+            dumped = fit_workload(part).model_dump(mode="json", exclude_none=True)
+            fitted[tenant] = {"kind": dumped.pop("kind"), **dumped}
+        except ValueError as exc:
+            raise _fail(f"{source}: cannot fit a workload for tenant {tenant!r} ({exc})") from None
+    header = f"# Workloads fitted by `pdctl profile {source}`: tenant -> WorkloadConfig (env/workloads/config.py).\n"
+    try:
+        path.write_text(header + yaml.safe_dump(fitted, sort_keys=False))
+    except OSError as exc:
+        raise _fail(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def _load(
+    source: str, kind: str, options: ProfileOptions, start: str | None, end: str | None, seed: int | None
+) -> tuple[WorkloadProfile, RequestRecords | None]:
+    try:
+        start_at = None if start is None else parse_time(start)
+        end_at = None if end is None else parse_time(end)
+    except ValueError as exc:
+        raise _fail(f"bad --start/--end time: {exc}") from None
+    try:
+        if kind == "scenario" or (kind == "auto" and source.lower().endswith((".yaml", ".yml"))):
+            records = _scenario_records(source, seed)
+            return profile_records(records, source=source, source_kind="scenario", options=options), records
+        resolved = detect_source_kind(source) if kind == "auto" else kind
+        if resolved in PER_REQUEST_KINDS:
+            records, _ = load_records(source, resolved)  # type: ignore[arg-type]
+            profile = profile_source(source, kind=resolved, options=options)  # type: ignore[arg-type]
+            return profile, records
+        return profile_source(source, kind=resolved, options=options, start=start_at, end=end_at), None  # type: ignore[arg-type]
+    except WorkloadError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _fail(message: str) -> typer.Exit:
@@ -199,21 +241,15 @@ def _run(
     out: Path | None,
     json_path: str | None,
     seed: int | None = None,
+    emit_workload: Path | None = None,
 ) -> None:
     if kind not in _KINDS:
         raise _fail(f"--format must be one of {', '.join(_KINDS)}, not {kind!r}")
-    try:
-        start_at = None if start is None else parse_time(start)
-        end_at = None if end is None else parse_time(end)
-    except ValueError as exc:
-        raise _fail(f"bad --start/--end time: {exc}") from None
-    if kind == "scenario" or (kind == "auto" and source.lower().endswith((".yaml", ".yml"))):
-        profile = _profile_scenario(source, options, seed)
-    else:
-        try:
-            profile = profile_source(source, kind=kind, options=options, start=start_at, end=end_at)  # type: ignore[arg-type]
-        except WorkloadError as exc:
-            raise _fail(str(exc)) from None
+    profile, records = _load(source, kind, options, start, end, seed)
+    if emit_workload is not None:
+        if records is None:
+            raise _fail(f"{source}: --emit-workload needs per-request records (a trace, router log or scenario)")
+        _emit_workloads(records, source, emit_workload)
     document = json.dumps(profile.to_dict(), indent=2)
     if json_path == "-":
         typer.echo(document)
@@ -255,6 +291,9 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         out: Path | None = typer.Option(None, "--out", help="Folder for PNG figures and profile.json."),  # noqa: B008
         json_path: str | None = typer.Option(None, "--json", help="Write the profile as JSON here ('-': stdout)."),
         seed: int | None = typer.Option(None, "--seed", help="Scenario sources: seed instead of the scenario's."),
+        emit_workload: Path | None = typer.Option(  # noqa: B008
+            None, "--emit-workload", help="Write fitted synthetic workloads (YAML, one per tenant) here."
+        ),
     ) -> None:
         """Profile a workload and say whether P/D disaggregation pays off."""
         options = ProfileOptions(
@@ -263,4 +302,4 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
             bin_s=bin_s,
             max_groups=max_groups,
         )
-        _run(source, kind, start, end, options, out, json_path, seed)
+        _run(source, kind, start, end, options, out, json_path, seed, emit_workload)
