@@ -79,8 +79,8 @@ def write_figures(profile: WorkloadProfile, out_dir: Path) -> list[Path]:
         arrivals = profile.arrivals
         figure = Figure(figsize=(11, 3.5))
         ax = figure.add_subplot(1, 1, 1)
-        times = np.arange(len(arrivals.rate_curve_rps)) * arrivals.bin_s
-        ax.step(times, arrivals.rate_curve_rps, where="post")
+        edges = np.arange(len(arrivals.rate_curve_rps) + 1) * arrivals.bin_s
+        ax.stairs(arrivals.rate_curve_rps, edges)
         ax.axhline(arrivals.mean_rate_rps, color="grey", linestyle="--", linewidth=1, label="mean")
         cv = "n/a" if arrivals.iat_cv is None else f"{arrivals.iat_cv:.2f}"
         ax.set_title(

@@ -127,3 +127,36 @@ def test_json_schema_has_descriptions() -> None:
     assert "discriminator" in schema
     poisson = schema["$defs"]["PoissonWorkload"]["properties"]["rate_rps"]
     assert poisson["description"]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"kind": "poisson", "rate_rps": 2, "input_tokens": SHORT, "output_tokens": SHORT, "model": "llama"},
+        {
+            "kind": "gamma",
+            "rate_rps": 2,
+            "cv": 3,
+            "input_tokens": {"kind": "lognormal", "mean_tokens": 900, "p95_tokens": 2500, "max_tokens": 8192},
+            "output_tokens": {"kind": "empirical", "values": [1, 2, 3]},
+            "prefix": {"prefix_tokens": 1024, "num_prefixes": 3, "share_frac": 0.5},
+        },
+        {
+            "kind": "diurnal",
+            "mean_rate_rps": 4,
+            "peak_to_mean": 1.5,
+            "period_s": 3600,
+            "phase_s": 900,
+            "input_tokens": {"kind": "empirical", "path": "/t/a.csv", "column": "ContextTokens"},
+            "output_tokens": SHORT,
+        },
+        {"kind": "step", "segments": [[0, 1], [60, 2]], "input_tokens": SHORT, "output_tokens": SHORT},
+        {"kind": "trace_azure", "path": "/t", "file": "code", "start_s": 60, "duration_s": 600, "rate_scale": 2},
+        {"kind": "trace_mooncake", "path": "/t/m.jsonl", "repeat": True, "max_requests": 10, "keep_hash_ids": False},
+        {"kind": "servegen", "path": "/t/sg", "clients": ["1", "2"], "start_s": 3600, "duration_s": 7200},
+    ],
+)
+def test_config_round_trips_through_json(data: dict[str, object]) -> None:
+    config = parse_workload_config(data)
+    assert parse_workload_config(config.model_dump(mode="json")) == config
+    assert config.kind == data["kind"]
