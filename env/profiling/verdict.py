@@ -167,12 +167,12 @@ def decide_verdict(v: VerdictInputs) -> Verdict:
     threshold = v.long_context_threshold_tokens
     long_frac = v.uncached_long_context_frac if v.uncached_long_context_frac is not None else v.long_context_frac
     long_label = "an uncached prompt" if v.uncached_long_context_frac is not None else "a prompt"
-    interference = (
-        v.tpot_p50_s is not None
-        and v.tpot_p99_s is not None
-        and v.tpot_p50_s > 0
-        and v.tpot_p99_s / v.tpot_p50_s >= TPOT_INTERFERENCE_RATIO
+    tpot_ratio = (
+        v.tpot_p99_s / v.tpot_p50_s
+        if v.tpot_p50_s is not None and v.tpot_p99_s is not None and v.tpot_p50_s > 0
+        else None
     )
+    interference = tpot_ratio is not None and tpot_ratio >= TPOT_INTERFERENCE_RATIO
     if math.isnan(v.short_short_frac) or v.num_requests < MIN_REQUESTS_FOR_VERDICT:
         return Verdict(
             Decision.EVALUATE,
@@ -207,9 +207,9 @@ def decide_verdict(v: VerdictInputs) -> Verdict:
         decision = Decision.NOT_A_PRIORITY
         reasons.append(f"only {_pct(long_frac)} of requests have {long_label} ≥ {threshold} tokens: prefills are short")
         steps.extend(_SHORT_FIRST_STEPS)
-    if interference:
+    if interference and tpot_ratio is not None:
         reasons.append(
-            f"TPOT p99/p50 is {v.tpot_p99_s / v.tpot_p50_s:.1f} (≥ {TPOT_INTERFERENCE_RATIO:g}): "  # type: ignore[operator]
+            f"TPOT p99/p50 is {tpot_ratio:.1f} (≥ {TPOT_INTERFERENCE_RATIO:g}): "
             "decodes are being stalled, the signature of prefill-decode interference"
         )
     _modifiers(v, reasons, steps)

@@ -15,6 +15,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 import typer
 import yaml
@@ -24,7 +25,7 @@ from rich.table import Table
 from env.profiling import Decision, ProfileOptions, RequestRecords, WorkloadProfile, profile_records, profile_source
 from env.profiling.fit import fit_workload
 from env.profiling.profile import GroupStats, LatencyStats, LengthStats
-from env.profiling.sources import PER_REQUEST_KINDS, detect_source_kind, load_records
+from env.profiling.sources import PER_REQUEST_KINDS, SourceKind, detect_source_kind, load_records
 from env.profiling.verdict import LONG_CONTEXT_THRESHOLD_TOKENS, SHORT_OUTPUT_MAX_TOKENS
 from env.workloads.errors import WorkloadError
 
@@ -217,12 +218,11 @@ def _load(
         if kind == "scenario" or (kind == "auto" and source.lower().endswith((".yaml", ".yml"))):
             records = _scenario_records(source, seed)
             return profile_records(records, source=source, source_kind="scenario", options=options), records
-        resolved = detect_source_kind(source) if kind == "auto" else kind
+        resolved = detect_source_kind(source) if kind == "auto" else cast(SourceKind, kind)
         if resolved in PER_REQUEST_KINDS:
-            records, _ = load_records(source, resolved)  # type: ignore[arg-type]
-            profile = profile_source(source, kind=resolved, options=options)  # type: ignore[arg-type]
-            return profile, records
-        return profile_source(source, kind=resolved, options=options, start=start_at, end=end_at), None  # type: ignore[arg-type]
+            records, _ = load_records(source, resolved)
+            return profile_source(source, kind=resolved, options=options), records
+        return profile_source(source, kind=resolved, options=options, start=start_at, end=end_at), None
     except WorkloadError as exc:
         raise _fail(str(exc)) from None
 
