@@ -70,6 +70,7 @@ TP_ALLREDUCE_ASSUMPTION: dict[int, tuple[float, float]] = {
 
 _GEMM_OPS = ("qkv", "o", "gate_up", "down")
 _TABLE_TOKENS = 65_536
+_PREFILL_GRID_TOKENS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +238,7 @@ class InterpolatedExecutionTimeModel:
             else np.zeros_like(tokens)
         )
         allreduce[0] = 0.0
+        self._per_token_sum: list[float] = (layers * gemm_layer * self._shard + elementwise + allreduce).tolist()
         self._gemm = (layers * gemm_layer * self._shard).tolist()
         self._lm_head = lm_head.tolist()
         self._elementwise = elementwise.tolist()
@@ -245,6 +247,12 @@ class InterpolatedExecutionTimeModel:
         seq, t_seq = profile.attn_prefill[self._nearest(profile.attn_prefill)]
         self._prefill_seq = seq
         self._prefill_t = t_seq * self._shard_attn(profile.attn_prefill)
+        # all-layer prefill attention on a 16-token grid of equivalent lengths (interpolated linearly between)
+        grid = np.arange(0, float(seq[-1]) + 32, _PREFILL_GRID_TOKENS)
+        per_layer = np.interp(grid, seq, self._prefill_t)
+        low = grid < seq[0]
+        per_layer[low] = float(self._prefill_t[0]) * grid[low] / float(seq[0])
+        self._prefill_grid: list[float] = (layers * per_layer).tolist()
         batch, ctx, t_dec = profile.attn_decode[self._nearest(profile.attn_decode)]
         sizes, a, b = _fit_decode(batch, ctx, t_dec)
         scale = self._shard_attn(profile.attn_decode)
@@ -298,14 +306,14 @@ class InterpolatedExecutionTimeModel:
         if new_tokens <= 0:
             return 0.0
         s = math.sqrt(new_tokens * new_tokens + 2.0 * new_tokens * cached_tokens)
-        seq, t = self._prefill_seq, self._prefill_t
-        if s <= seq[0]:
-            per_layer = float(t[0]) * s / float(seq[0])
-        elif s >= seq[-1]:
-            per_layer = float(t[-1]) * (s / float(seq[-1])) ** 2
-        else:
-            per_layer = float(np.interp(s, seq, t))
-        return self.model.num_layers * per_layer
+        position = s / _PREFILL_GRID_TOKENS
+        index = int(position)
+        grid = self._prefill_grid
+        if index + 1 < len(grid) and s < self._prefill_seq[-1]:
+            low = grid[index]
+            return low + (grid[index + 1] - low) * (position - index)
+        seq_max = float(self._prefill_seq[-1])
+        return self.model.num_layers * float(self._prefill_t[-1]) * (s / seq_max) ** 2
 
     def decode_attention_s(self, decode_batch: int, context_tokens: int) -> float:
         """Decode attention of ``decode_batch`` sequences with ``context_tokens`` in total (all layers)."""
@@ -351,9 +359,16 @@ class InterpolatedExecutionTimeModel:
         """
         if num_tokens <= 0:
             return 0.0
-        total = self._dense(num_tokens, num_sampled) + self.overheads.step_overhead_s
+        per_token = self._per_token_sum
+        lm_head = self._lm_head
+        total = per_token[num_tokens] if num_tokens < len(per_token) else self._table(per_token, num_tokens)
+        total += lm_head[num_sampled] if num_sampled < len(lm_head) else self._table(lm_head, num_sampled, 16)
+        total += self.overheads.step_overhead_s
         if decode_batch > 0:
-            total += self.decode_attention_s(decode_batch, decode_context_tokens)
+            if decode_batch <= self.max_batch:
+                total += self._decode_attn_a[decode_batch] + self._decode_attn_k[decode_batch] * decode_context_tokens
+            else:
+                total += self.decode_attention_s(decode_batch, decode_context_tokens)
         for new, cached in prefill_chunks:
             total += self.prefill_attention_s(new, cached)
         return total

@@ -689,19 +689,42 @@ class InstanceEngine:
 
     # ------------------------------------------------------------------------------------------------ fast path
 
-    def plan_decode_run(self, max_steps: int = 1 << 30, max_segments: int = 64) -> DecodeRun | None:
-        """The run of decode-only steps possible from now, or None when a general step is needed.
+    def plan_decode_run(  # noqa: C901
+        self, now_s: float = math.nan, max_steps: int = 1 << 30, max_segments: int = 64
+    ) -> DecodeRun | None:
+        """The run of decode-only steps possible from now (``now_s``), or None when a general step is needed.
 
-        A run needs a non-empty decode batch, no prefill in progress and a waiting queue that cannot be admitted
-        now (it stays so while the batch does not change: free KV only shrinks). With an empty waiting queue the
-        run continues through completions (a new segment per completion, up to ``max_segments``); otherwise it
-        ends at the first completion. It also ends where the next step's KV would not fit.
+        Requests at the head of the waiting queue whose KV arrived by transfer (``kv_ready``) are admitted into
+        the decode batch first, as a general step would (their first token is the run's first step). A run then
+        needs a non-empty decode batch, no prefill in progress and a waiting queue that cannot be admitted now (it
+        stays so while the batch does not change: free KV only shrinks). With an empty waiting queue the run
+        continues through completions (a new segment per completion, up to ``max_segments``); otherwise it ends
+        at the first completion. It also ends where the next step's KV would not fit.
         """
-        decoding = self._decoding
-        if self._prefilling or not decoding or self._awaiting_first:
+        if self._prefilling:
             return None
+        decoding = self._decoding
         waiting = self._waiting
-        if waiting and self.can_admit_waiting():
+        if waiting:
+            max_seqs = self.config.max_num_seqs
+            while waiting and waiting[0].kv_ready and len(decoding) < max_seqs:
+                head = waiting[0]
+                batch = len(decoding)
+                free = self.config.kv_capacity_tokens - self._kv_static - self._ctx_offset - batch * self.steps
+                if free < head.prompt_tokens + 1 + batch:
+                    break
+                waiting.popleft()
+                self._order += 1
+                head._order = self._order
+                head.first_scheduled_s = now_s
+                head.num_computed = head.prompt_tokens
+                if head.hash_ids:
+                    self._insert_cache(head)
+                self._join_decode(head, 0, head.prompt_tokens)
+                self._awaiting_first.append(head)
+            if waiting and self.can_admit_waiting():
+                return None
+        if not decoding:
             return None
         heap = self._finish_heap
         pop = heapq.heappop
@@ -710,7 +733,13 @@ class InstanceEngine:
         ctx = self._ctx_offset + batch * steps0
         free = self.config.kv_capacity_tokens - self._kv_static - ctx
         a_table, k_table = self._decode_tables
-        run = DecodeRun()
+        end_steps: list[int] = []
+        end_times: list[float] = []
+        seg_a: list[float] = []
+        seg_k: list[float] = []
+        seg_b: list[int] = []
+        seg_c: list[int] = []
+        finishers: list[tuple[int, int, EngineRequest]] = []
         done = 0
         elapsed = 0.0
         while True:
@@ -726,12 +755,12 @@ class InstanceEngine:
                 a, k = self.model.decode_coefficients(batch)
             elapsed += length * a + k * (length * ctx + batch * length * (length - 1) / 2.0)
             done += length
-            run.end_steps.append(done)
-            run.end_times_s.append(elapsed)
-            run.seg_a.append(a)
-            run.seg_k.append(k)
-            run.seg_b.append(batch)
-            run.seg_c.append(ctx)
+            end_steps.append(done)
+            end_times.append(elapsed)
+            seg_a.append(a)
+            seg_k.append(k)
+            seg_b.append(batch)
+            seg_c.append(ctx)
             ctx += batch * length
             free -= batch * length
             if length < to_finish:
@@ -742,17 +771,25 @@ class InstanceEngine:
                 request = entry[2]
                 if request.phase != Phase.DECODING or request.finish_step != finish_step:
                     continue
-                run.finishers.append(entry)
+                finishers.append(entry)
                 batch -= 1
                 held = request.ctx_at_join + finish_step - request.join_step
                 ctx -= held
                 free += held
-            if waiting or batch == 0 or len(run.end_steps) >= max_segments:
+            if waiting or batch == 0 or len(end_steps) >= max_segments:
                 break
-        if done < 2:
-            for entry in run.finishers:
+        if done < 1:
+            for entry in finishers:
                 heapq.heappush(heap, entry)
             return None
+        run = DecodeRun()
+        run.end_steps = end_steps
+        run.end_times_s = end_times
+        run.seg_a = seg_a
+        run.seg_k = seg_k
+        run.seg_b = seg_b
+        run.seg_c = seg_c
+        run.finishers = finishers
         run.num_steps = done
         run.duration_s = elapsed
         return run
@@ -793,6 +830,11 @@ class InstanceEngine:
             counters.observe_run(run.seg_a[i] + run.seg_k[i] * run.seg_c[i], run.seg_k[i] * b, length, b)
             previous = end
         self.steps = steps0 + n
+        if self._awaiting_first:
+            first_token_s = start_s + run.time_after_s(1)
+            for request in self._awaiting_first:
+                request.first_token_s = first_token_s
+            self._awaiting_first.clear()
         finished: list[EngineRequest] = []
         heap = self._finish_heap
         for entry in run.finishers:

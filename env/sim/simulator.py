@@ -443,8 +443,9 @@ class ClusterSimulator:
         hit = 0
         best_load = 1 << 60
         for inst in group.decode:
-            h = inst.engine.prefix_hit_tokens(hashes, block, input_tokens) if hashes else 0
-            load = inst.load()
+            e = inst.engine
+            h = e.prefix_hit_tokens(hashes, block, input_tokens) if hashes else 0
+            load = len(e._decoding) + len(e._prefilling) + len(e._waiting) + inst.incoming
             if h > hit or (h == hit and load < best_load):
                 decode, hit, best_load = inst, h, load
         if decode is None or input_tokens + output_tokens > decode.engine.config.kv_capacity_tokens:
@@ -499,7 +500,7 @@ class ClusterSimulator:
 
     def _start_next(self, inst: SimInstance) -> None:
         engine = inst.engine
-        run = engine.plan_decode_run()
+        run = engine.plan_decode_run(self.now_s)
         inst.version += 1
         if run is not None:
             inst.run = run
@@ -565,8 +566,11 @@ class ClusterSimulator:
         request.pack_s = layout
         request.transfer_bytes += size
         self.num_transfers += 1
-        self._push(self.now_s + net.timeout_s, _XFER_TIMEOUT, xfer, 0)
+        # The timeout event is armed only when the transfer could miss its deadline (see _reschedule_link).
+        xfer.deadline_s = self.now_s + net.timeout_s
         delay = net.setup_latency_s + layout
+        if delay + layout >= net.timeout_s:
+            self._arm_timeout(xfer)
         if delay > 0:
             self._push(self.now_s + delay, _XFER_START, xfer, 0)
         else:
@@ -579,10 +583,25 @@ class ClusterSimulator:
         link.add(xfer, self.now_s)
         self._reschedule_link(link)
 
+    def _arm_timeout(self, xfer: Transfer) -> None:
+        xfer.armed = True
+        self._push(xfer.deadline_s, _XFER_TIMEOUT, xfer, 0)
+
     def _reschedule_link(self, link: Link) -> None:
         link.version += 1
-        if link.flows:
+        flows = link.flows
+        if flows:
             self._push(link.next_completion_s(), _LINK, link, link.version)
+            # Shares change only here, so a flow whose projected end (plus unpack) passes its deadline is found
+            # here, before the deadline: arm its timeout then.
+            per_byte_s = len(flows) / link.bandwidth_bytes_per_s
+            start = link.last_update_s
+            for flow in flows:
+                if (
+                    not flow.armed
+                    and start + max(flow.remaining_bytes, 0.0) * per_byte_s + flow.unpack_s > flow.deadline_s
+                ):
+                    self._arm_timeout(flow)
 
     def _link_event(self, link: Link) -> None:
         for xfer in link.pop_finished(self.now_s):

@@ -19,7 +19,9 @@ class Transfer:
     """One KV transfer in flight."""
 
     __slots__ = (
+        "armed",
         "bytes_total",
+        "deadline_s",
         "decode",
         "engine_request",
         "fails",
@@ -68,6 +70,8 @@ class Transfer:
         self.state = Transfer.PENDING
         self.flow_start_s = math.nan
         self.flow_end_s = math.nan
+        self.deadline_s = math.inf
+        self.armed = False
 
 
 class Link:
