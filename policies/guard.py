@@ -5,7 +5,9 @@ budget, running counts), the metric window the action was computed from and the 
 clocks and hysteresis streaks), and returns the clamped action, one :class:`Clamp` per adjustment and the
 next state. Nothing is mutated.
 
-Checks per tenant group, in order (each can only move the target towards what is running):
+Checks per tenant group, in order (each can only move the target towards what is running; a group running
+outside its bounds or budget is moved towards them, at most ``max_step_per_tick`` per pool and never down on
+stale or missing data):
 
 1. no running counts for the group, or no opinion → nothing to do;
 2. pool bounds (``min_*``/``max_*``; a missing max means "what the budget allows");
@@ -161,21 +163,22 @@ class _GroupClamp:
                 else:
                     self.decode = clamped
 
-    def budget(self) -> None:
+    def budget(self, *, shrink: bool) -> None:
         over = self.prefill + self.decode - self.group.max_instances
         if over <= 0:
             return
         before = (self.prefill, self.decode)
-        # Cut increases first (the larger increase first), then shrink pools above their minimum.
+        # Cut increases first (the larger increase first); then, if allowed, shrink pools above their minimum.
         for pool in sorted(("prefill", "decode"), key=self._increase, reverse=True):
             cut = min(over, max(self._increase(pool), 0))
             self._add(pool, -cut)
             over -= cut
-        for pool, low in (("prefill", self.group.min_prefill), ("decode", self.group.min_decode)):
-            value = self.prefill if pool == "prefill" else self.decode
-            cut = min(over, max(value - low, 0))
-            self._add(pool, -cut)
-            over -= cut
+        if shrink:
+            for pool, low in (("prefill", self.group.min_prefill), ("decode", self.group.min_decode)):
+                value = self.prefill if pool == "prefill" else self.decode
+                cut = min(over, max(value - low, 0))
+                self._add(pool, -cut)
+                over -= cut
         after = (self.prefill, self.decode)
         self.note(ClampReason.GPU_BUDGET, f"{before} -> {after} (budget {self.group.max_instances} instances)")
 
@@ -193,7 +196,7 @@ class _GroupClamp:
         self.decode = max(self.decode, self.current.num_decode)
         if (self.prefill, self.decode) != before:
             self.note(reason, f"{before} -> {(self.prefill, self.decode)}")
-            self.budget()
+            self.budget(shrink=False)
 
     def _increase(self, pool: str) -> int:
         if pool == "prefill":
@@ -260,9 +263,9 @@ class SafetyGuard:
         if (work.prefill, work.decode) == (current.num_prefill, current.num_decode):
             return current, replace(memory, streak_direction=(0, 0), streak_ticks=0)
         work.bounds()
-        work.budget()
+        work.budget(shrink=True)
         work.step(self.limits.max_step_per_tick)
-        work.budget()
+        work.budget(shrink=False)
         if stale:
             work.no_scale_down(ClampReason.STALE_NO_SCALE_DOWN)
         elif not complete:

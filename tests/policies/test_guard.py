@@ -1,0 +1,235 @@
+"""SafetyGuard: bounds, budget, step, staleness, missing data, pending, cooldown, hysteresis; properties."""
+
+from __future__ import annotations
+
+import copy
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies.base import PolicyContext
+from policies.guard import ClampReason, GroupGuardState, GuardLimits, GuardState, SafetyGuard
+from policies.schema import (
+    ControlAction,
+    GroupWindow,
+    MetricWindow,
+    PoolTargets,
+    RoutingThresholds,
+    Slo,
+    Tenant,
+    TenantGroup,
+    TenantWindow,
+)
+
+GROUP = TenantGroup("g", ("a",), gpu_budget=8, min_prefill=1, max_prefill=5, min_decode=2, max_decode=6)
+TENANT = Tenant("a", "g", Slo(ttft_p95_s=1.0))
+LIMITS = GuardLimits(max_step_per_tick=1, cooldown_s=60.0, hysteresis_ticks=1, max_staleness_s=30.0)
+
+
+def context(current: PoolTargets, now_s: float = 1000.0, group: TenantGroup = GROUP) -> PolicyContext:
+    return PolicyContext(
+        tenants=(TENANT,),
+        groups=(group,),
+        current_pools={group.name: current},
+        current_thresholds={"a": RoutingThresholds()},
+        now_s=now_s,
+    )
+
+
+def window(current: PoolTargets, *, staleness_s: float = 0.0, complete: bool = True, pending: int = 0) -> MetricWindow:
+    group = GroupWindow(
+        num_prefill=current.num_prefill,
+        num_decode=current.num_decode,
+        pending_prefill=pending,
+        decode_kv_usage_frac=0.5 if complete else None,
+    )
+    return MetricWindow(1000.0, 30.0, {"a": TenantWindow(request_rate_rps=1.0)}, {"g": group}, staleness_s)
+
+
+def run(
+    current: PoolTargets,
+    target: PoolTargets,
+    limits: GuardLimits = LIMITS,
+    state: GuardState | None = None,
+    **window_kwargs: object,
+) -> tuple[PoolTargets, set[ClampReason], GuardState]:
+    guard = SafetyGuard(limits)
+    result = guard.apply(
+        ControlAction(pools={"g": target}), context(current), window(current, **window_kwargs), state or GuardState()
+    )
+    return result.action.pools["g"], {c.reason for c in result.clamps}, result.state
+
+
+def test_change_within_every_limit_passes() -> None:
+    target, reasons, state = run(PoolTargets(2, 4), PoolTargets(3, 4))
+    assert target == PoolTargets(3, 4)
+    assert reasons == set()
+    assert state.groups["g"].last_change_s == 1000.0
+
+
+def test_bounds_clamp_both_pools() -> None:
+    limits = GuardLimits(max_step_per_tick=10, cooldown_s=0.0, hysteresis_ticks=1)
+    target, reasons, _ = run(PoolTargets(2, 4), PoolTargets(0, 7), limits)
+    assert target == PoolTargets(1, 6)
+    assert reasons == {ClampReason.BELOW_MIN, ClampReason.ABOVE_MAX}
+
+
+def test_budget_cuts_the_increase() -> None:
+    limits = GuardLimits(max_step_per_tick=10, cooldown_s=0.0, hysteresis_ticks=1)
+    target, reasons, _ = run(PoolTargets(2, 5), PoolTargets(5, 5), limits)
+    assert target == PoolTargets(3, 5)
+    assert ClampReason.GPU_BUDGET in reasons
+
+
+def test_max_step_limits_each_pool() -> None:
+    limits = GuardLimits(max_step_per_tick=1, cooldown_s=0.0, hysteresis_ticks=1)
+    target, reasons, _ = run(PoolTargets(1, 6), PoolTargets(4, 3), limits)
+    assert target == PoolTargets(2, 5)
+    assert ClampReason.MAX_STEP in reasons
+
+
+def test_stale_window_never_scales_down() -> None:
+    target, reasons, _ = run(PoolTargets(3, 5), PoolTargets(2, 5), staleness_s=31.0)
+    assert target == PoolTargets(3, 5)
+    assert ClampReason.STALE_NO_SCALE_DOWN in reasons
+
+
+def test_stale_window_turns_a_rebalance_at_full_budget_into_a_hold() -> None:
+    target, reasons, _ = run(PoolTargets(3, 5), PoolTargets(4, 4), staleness_s=100.0)
+    assert target == PoolTargets(3, 5)
+    assert ClampReason.STALE_NO_SCALE_DOWN in reasons
+
+
+def test_stale_window_still_allows_scale_up() -> None:
+    target, _, _ = run(PoolTargets(2, 4), PoolTargets(3, 4), staleness_s=100.0)
+    assert target == PoolTargets(3, 4)
+
+
+def test_missing_data_never_scales_down() -> None:
+    target, reasons, _ = run(PoolTargets(3, 5), PoolTargets(3, 4), complete=False)
+    assert target == PoolTargets(3, 5)
+    assert ClampReason.MISSING_NO_SCALE_DOWN in reasons
+
+
+def test_missing_tenant_rate_counts_as_missing() -> None:
+    guard = SafetyGuard(LIMITS)
+    w = window(PoolTargets(3, 5))
+    w = MetricWindow(w.end_s, w.window_s, {"a": TenantWindow()}, w.groups, 0.0)
+    result = guard.apply(ControlAction(pools={"g": PoolTargets(3, 4)}), context(PoolTargets(3, 5)), w, GuardState())
+    assert result.action.pools["g"] == PoolTargets(3, 5)
+
+
+def test_pending_change_holds() -> None:
+    target, reasons, _ = run(PoolTargets(2, 4), PoolTargets(3, 4), pending=1)
+    assert target == PoolTargets(2, 4)
+    assert reasons == {ClampReason.PENDING_CHANGE}
+
+
+def test_cooldown_holds_then_releases() -> None:
+    limits = GuardLimits(max_step_per_tick=1, cooldown_s=60.0, hysteresis_ticks=1)
+    recent = GuardState({"g": GroupGuardState(last_change_s=990.0)})
+    target, reasons, _ = run(PoolTargets(2, 4), PoolTargets(3, 4), limits, recent)
+    assert target == PoolTargets(2, 4)
+    assert reasons == {ClampReason.COOLDOWN}
+    old = GuardState({"g": GroupGuardState(last_change_s=900.0)})
+    target, _, _ = run(PoolTargets(2, 4), PoolTargets(3, 4), limits, old)
+    assert target == PoolTargets(3, 4)
+
+
+def test_hysteresis_needs_consecutive_ticks_in_one_direction() -> None:
+    limits = GuardLimits(max_step_per_tick=1, cooldown_s=0.0, hysteresis_ticks=3)
+    state = GuardState()
+    for _ in range(2):
+        target, reasons, state = run(PoolTargets(2, 4), PoolTargets(3, 4), limits, state)
+        assert target == PoolTargets(2, 4)
+        assert reasons == {ClampReason.HYSTERESIS}
+    # A change of direction restarts the count.
+    target, reasons, state = run(PoolTargets(2, 4), PoolTargets(2, 5), limits, state)
+    assert reasons == {ClampReason.HYSTERESIS}
+    assert state.groups["g"].streak_ticks == 1
+    for _ in range(2):
+        target, _, state = run(PoolTargets(2, 4), PoolTargets(2, 5), limits, state)
+    assert target == PoolTargets(2, 5)
+
+
+def test_no_opinion_resets_the_streak() -> None:
+    limits = GuardLimits(max_step_per_tick=1, cooldown_s=0.0, hysteresis_ticks=2)
+    _, _, state = run(PoolTargets(2, 4), PoolTargets(3, 4), limits)
+    assert state.groups["g"].streak_ticks == 1
+    result = SafetyGuard(limits).apply(ControlAction(), context(PoolTargets(2, 4)), window(PoolTargets(2, 4)), state)
+    assert result.state.groups["g"].streak_ticks == 0
+
+
+def test_unknown_group_and_tenant_are_dropped() -> None:
+    action = ControlAction(thresholds={"nobody": RoutingThresholds()}, pools={"nowhere": PoolTargets(1, 1)})
+    result = SafetyGuard(LIMITS).apply(action, context(PoolTargets(2, 4)), window(PoolTargets(2, 4)), GuardState())
+    assert result.action.pools == {}
+    assert result.action.thresholds == {}
+    assert {c.reason for c in result.clamps} == {ClampReason.UNKNOWN_GROUP, ClampReason.UNKNOWN_TENANT}
+
+
+def test_stale_window_holds_thresholds() -> None:
+    action = ControlAction(thresholds={"a": RoutingThresholds(min_remote_input_tokens=1024)})
+    stale = window(PoolTargets(2, 4), staleness_s=60.0)
+    result = SafetyGuard(LIMITS).apply(action, context(PoolTargets(2, 4)), stale, GuardState())
+    assert result.action.thresholds == {}
+    assert [c.reason for c in result.clamps] == [ClampReason.STALE_HOLD_THRESHOLDS]
+    fresh = SafetyGuard(LIMITS).apply(action, context(PoolTargets(2, 4)), window(PoolTargets(2, 4)), GuardState())
+    assert fresh.action.thresholds == action.thresholds
+
+
+pools = st.builds(PoolTargets, st.integers(0, 12), st.integers(0, 12))
+groups = st.builds(
+    lambda budget, min_p, min_d, extra_p, extra_d: TenantGroup(
+        "g", ("a",), gpu_budget=max(budget, min_p + min_d), min_prefill=min_p, max_prefill=min_p + extra_p,
+        min_decode=min_d, max_decode=min_d + extra_d,
+    ),
+    st.integers(2, 12), st.integers(0, 3), st.integers(1, 3), st.integers(0, 6), st.integers(0, 8),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    group=groups,
+    current=pools,
+    target=pools,
+    step=st.integers(1, 3),
+    staleness_s=st.sampled_from([0.0, 100.0]),
+    complete=st.booleans(),
+)
+def test_guard_properties(
+    group: TenantGroup, current: PoolTargets, target: PoolTargets, step: int, staleness_s: float, complete: bool
+) -> None:
+    limits = GuardLimits(max_step_per_tick=step, cooldown_s=0.0, hysteresis_ticks=1, max_staleness_s=30.0)
+    ctx = context(current, group=group)
+    w = window(current, staleness_s=staleness_s, complete=complete)
+    action = ControlAction(pools={"g": target})
+    before = copy.deepcopy((action, ctx, w))
+    guard = SafetyGuard(limits)
+    out = guard.apply(action, ctx, w, GuardState())
+    again = guard.apply(action, ctx, w, GuardState())
+    assert out == again, "deterministic"
+    assert (action, ctx, w) == before, "pure: inputs untouched"
+    result = out.action.pools["g"]
+    assert abs(result.num_prefill - current.num_prefill) <= step
+    assert abs(result.num_decode - current.num_decode) <= step
+    max_p = group.max_prefill if group.max_prefill is not None else group.max_instances
+    max_d = group.max_decode if group.max_decode is not None else group.max_instances
+    for now, before_, low, high in (
+        (result.num_prefill, current.num_prefill, group.min_prefill, max_p),
+        (result.num_decode, current.num_decode, group.min_decode, max_d),
+    ):
+        # Inside the bounds stays inside; outside moves towards them, never further away.
+        if low <= before_ <= high:
+            assert low <= now <= high
+        elif before_ > high:
+            assert now <= before_
+        else:
+            assert now >= before_
+    if current.num_instances <= group.max_instances:
+        assert result.num_instances <= group.max_instances
+    else:
+        assert result.num_instances <= current.num_instances
+    if staleness_s > limits.max_staleness_s or not complete:
+        assert result.num_prefill >= current.num_prefill
+        assert result.num_decode >= current.num_decode
