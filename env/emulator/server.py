@@ -27,7 +27,7 @@ import uuid
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from aiohttp import web
@@ -53,7 +53,7 @@ from env.emulator.protocol import (
 from env.emulator.tokenizer import CHARS_PER_TOKEN, output_token_text, token_ids
 from env.sim.engine import InstanceEngine
 
-__all__ = ["EmulatedInstance", "InstanceSettings", "block_hashes"]
+__all__ = ["EmulatedInstance", "InstanceSettings", "RequestTracer", "block_hashes"]
 
 NIXL_SIDE_CHANNEL_PORT = 5600
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -87,6 +87,16 @@ def block_hashes(request: ParsedRequest, block_size: int) -> list[int]:
         running = zlib.crc32(text[start : start + step].encode("utf-8", "surrogatepass"), running)
         out.append(running)
     return out
+
+
+class RequestTracer(Protocol):
+    """Receives per-request wall-clock instants (``loop.time()``) of an instance; used by benchmarks."""
+
+    def on_arrival(self, request_id: str, time_s: float) -> None:
+        """A generation request arrived (before its body is read); ``request_id`` is its X-Request-Id."""
+
+    def on_write(self, request_id: str, time_s: float, num_events: int) -> None:
+        """``num_events`` stream events of the request are about to be written."""
 
 
 _INSTANCES: dict[str, EmulatedInstance] = {}
@@ -126,6 +136,8 @@ class EmulatedInstance:
         self._crash_timer: asyncio.TimerHandle | None = None
         self.port = settings.port
         self.crashed = False
+        self.tracer: RequestTracer | None = None
+        """Optional per-request timing hook (benchmarks); None in normal operation."""
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -269,6 +281,9 @@ class EmulatedInstance:
             if request.transport is not None:
                 request.transport.abort()  # reset the connection, as a dead process would
             raise asyncio.CancelledError
+        tracer = self.tracer
+        if tracer is not None:
+            tracer.on_arrival(request.headers.get("X-Request-Id", ""), asyncio.get_running_loop().time())
         raw = await request.read()
         try:
             parsed = parse_request(kind, raw, self.settings.model_name, self.settings.max_model_len)
@@ -372,6 +387,8 @@ class EmulatedInstance:
                     text = output_token_text(base_id, sent)
                     parts.append(sse_chunk(parsed, response_id, created, text, "length" if last else None, usage))
                     sent += 1
+                if self.tracer is not None:
+                    self.tracer.on_write(base_id, asyncio.get_running_loop().time(), len(parts))
                 await response.write(b"".join(parts))
         finally:
             self._abort_if_open(handle)
