@@ -187,14 +187,15 @@ class Scenario(_Strict):
                 raise ValueError(f"tenant group {group.name}: needs at least one instance")
             if group.decode + group.aggregated < 1:
                 raise ValueError(f"tenant group {group.name}: needs at least one decode or aggregated instance")
-            gpus = instances * self.gpus_per_instance
+            prefill_tp = self.cluster.prefill_tp or self.cluster.tp
+            gpus = group.prefill * prefill_tp + (group.decode + group.aggregated) * self.cluster.tp
             if gpus > group.gpu_budget:
                 raise ValueError(f"tenant group {group.name}: {instances} instances need {gpus} GPUs > gpu_budget")
         return self
 
     @property
     def gpus_per_instance(self) -> int:
-        """GPUs of one instance (its TP degree)."""
+        """GPUs of one decode/aggregated instance (its TP degree); prefill instances use ``prefill_tp``."""
         return self.cluster.tp
 
     def tenants_schema(self) -> dict[str, Tenant]:

@@ -172,6 +172,8 @@ class _GroupState:
     instances: list[SimInstance] = field(default_factory=list)
     prefill: list[SimInstance] = field(default_factory=list)
     decode: list[SimInstance] = field(default_factory=list)
+    targets: tuple[int, int] | None = None
+    retargeting: bool = False
     recent_transfers: int = 0
     recent_failures: float = 0.0
     transfer_log: list[tuple[float, float, bool]] = field(default_factory=list)
@@ -719,19 +721,36 @@ class ClusterSimulator:
             return None
         return inst.next_role
 
-    def _retarget(self, group_index: int, want_prefill: int, want_decode: int) -> None:  # noqa: C901
+    def _retarget(self, group_index: int, want_prefill: int, want_decode: int) -> None:
+        """Move a group toward targets; remembered, and retried when a drained instance frees its GPUs.
+
+        GPUs are counted per instance at its TP degree (prefill instances at ``prefill_tp``). Role flips
+        (drain, then restart in the other role) are used only when both roles have the same TP degree.
+        """
         group = self.groups[group_index]
+        group.targets = (want_prefill, want_decode)
+        if group.retargeting:
+            return
+        group.retargeting = True
+        try:
+            self._retarget_once(group_index, want_prefill, want_decode)
+        finally:
+            group.retargeting = False
+
+    def _retarget_once(self, group_index: int, want_prefill: int, want_decode: int) -> None:  # noqa: C901
+        group = self.groups[group_index]
+        prefill_tp, decode_tp = self._prefill_tp, self.scenario.cluster.tp
         if group.max_prefill is not None:
             want_prefill = min(want_prefill, group.max_prefill)
         if group.max_decode is not None:
             want_decode = min(want_decode, group.max_decode)
         want_prefill = max(want_prefill, group.min_prefill)
         want_decode = max(want_decode, group.min_decode)
-        slots = group.gpu_budget // group.gpus_per_instance
-        if want_prefill + want_decode > slots:
+        budget = group.gpu_budget
+        if want_prefill * prefill_tp + want_decode * decode_tp > budget:
             # over budget (a guard should have clamped it): keep the prefill target, decode gets the rest
-            want_prefill = min(want_prefill, slots - group.min_decode)
-            want_decode = slots - want_prefill
+            want_prefill = min(want_prefill, max((budget - group.min_decode * decode_tp) // prefill_tp, 0))
+            want_decode = (budget - want_prefill * prefill_tp) // decode_tp
 
         def future(role_is_prefill: bool) -> list[SimInstance]:
             out = []
@@ -746,32 +765,34 @@ class ClusterSimulator:
 
         delta_prefill = want_prefill - len(future(True))
         delta_decode = want_decode - len(future(False))
-        while delta_prefill > 0 and delta_decode < 0:
-            candidates = [i for i in by_load(future(False)) if i.state == InstanceState.ACTIVE]
-            if not candidates:
-                break
-            self._begin_drain(candidates[0], InstanceRole.PREFILL)
-            delta_prefill -= 1
-            delta_decode += 1
-        while delta_decode > 0 and delta_prefill < 0:
-            candidates = [i for i in by_load(future(True)) if i.state == InstanceState.ACTIVE]
-            if not candidates:
-                break
-            self._begin_drain(candidates[0], InstanceRole.DECODE)
-            delta_prefill += 1
-            delta_decode -= 1
-        live = sum(1 for i in group.instances if i.state != InstanceState.STOPPED)
-        while delta_prefill > 0 and live < slots:
-            self._new_instance(group_index, InstanceRole.PREFILL, ready=False)
-            delta_prefill -= 1
-            live += 1
-        while delta_decode > 0 and live < slots:
-            self._new_instance(group_index, InstanceRole.DECODE, ready=False)
-            delta_decode -= 1
-            live += 1
+        if prefill_tp == decode_tp:
+            while delta_prefill > 0 and delta_decode < 0:
+                candidates = [i for i in by_load(future(False)) if i.state == InstanceState.ACTIVE]
+                if not candidates:
+                    break
+                self._begin_drain(candidates[0], InstanceRole.PREFILL)
+                delta_prefill -= 1
+                delta_decode += 1
+            while delta_decode > 0 and delta_prefill < 0:
+                candidates = [i for i in by_load(future(True)) if i.state == InstanceState.ACTIVE]
+                if not candidates:
+                    break
+                self._begin_drain(candidates[0], InstanceRole.DECODE)
+                delta_prefill += 1
+                delta_decode -= 1
+        # shrink first, so that the GPUs of stopped instances can serve the growth
         for is_prefill, delta in ((True, delta_prefill), (False, delta_decode)):
             for inst in by_load(future(is_prefill))[: max(-delta, 0)]:
                 self._begin_drain(inst, None)
+        used = sum(i.tp for i in group.instances if i.state != InstanceState.STOPPED)
+        while delta_prefill > 0 and used + prefill_tp <= budget:
+            self._new_instance(group_index, InstanceRole.PREFILL, ready=False)
+            delta_prefill -= 1
+            used += prefill_tp
+        while delta_decode > 0 and used + decode_tp <= budget:
+            self._new_instance(group_index, InstanceRole.DECODE, ready=False)
+            delta_decode -= 1
+            used += decode_tp
 
     def _begin_drain(self, inst: SimInstance, next_role: str | None) -> None:
         group = self.groups[inst.group]
@@ -808,6 +829,9 @@ class ClusterSimulator:
         inst.state = InstanceState.STOPPED
         inst.next_role = None
         inst.stopped_s = self.now_s
+        group = self.groups[inst.group]
+        if group.targets is not None and not group.retargeting:
+            self._retarget(inst.group, *group.targets)  # its GPUs may now let a pending start-up happen
 
     def _instance_ready(self, inst: SimInstance) -> None:
         if inst.state != InstanceState.STARTING:

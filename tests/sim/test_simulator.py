@@ -276,3 +276,20 @@ def test_instance_metrics_use_vllm_names() -> None:
     assert len(records["ttft_s"]) == 50
     assert set(STAGES) <= set(records)
     assert not math.isnan(float(records["per_token_decode_time"].mean()))
+
+
+def test_gpus_freed_by_a_drain_start_the_pending_instances() -> None:
+    # prefill instances use TP2, decode TP1: no role flips; the drained prefill instance's 2 GPUs go to decode
+    cluster = {"tp": 1, "prefill_tp": 2, "startup_delay_s": 5.0}
+    scn = scenario(1, 2, budget=4, cluster=cluster, prefill_pool={"min": 0, "max": 2}, decode_pool={"min": 1, "max": 4})
+    sim = simulator(scn, {"t": random_columns(np.random.default_rng(9), 200, 20.0)})
+    sim.run_until(2.0)
+    sim.apply(ControlAction(pools={"g": PoolTargets(num_prefill=0, num_decode=4)}))
+    assert sim.snapshot().groups["g"].num_prefill == 0
+    sim.run_until(30.0)
+    group = sim.snapshot().groups["g"]
+    assert group.num_decode == 4
+    assert group.pending_decode == 0
+    assert sum(i.tp for i in sim.instances if i.state != InstanceState.STOPPED) == 4
+    sim.run()
+    assert sim.num_finished == 200
