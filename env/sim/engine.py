@@ -38,11 +38,16 @@ Emulator-facing API (step at a time)::
 
 Fast path (simulator only): when no prefill runs and the waiting queue cannot be admitted, the decode batch
 repeats one step with every context one token longer; the step time is affine in the total context
-(``A + K C``), so ``n`` steps take ``n A + K (n C0 + B n (n - 1) / 2)``. :meth:`InstanceEngine.plan_decode_run`
-returns how many such steps can run before the next completion or KV exhaustion and how long they take;
-:meth:`InstanceEngine.commit_decode_run` applies them (possibly fewer, when an arrival interrupts the run:
-:meth:`InstanceEngine.steps_covering`). A global step counter lets every decoding request's progress be derived
-(``generated = generated_at_join + steps - join_step``), so a run costs O(1) plus O(log B) per completion.
+(``A + K C``), so ``n`` steps take ``n A + K (n C0 + B n (n - 1) / 2)``::
+
+    run = engine.plan_decode_run(now_s)        # None -> call step(); else a DecodeRun of run.num_steps steps
+    k = InstanceEngine.steps_covering(run, t - now_s)   # an arrival at t: the run stops at the next boundary
+    finished = engine.commit_decode_run(run, k or run.num_steps, now_s)
+
+A run is made of segments (a new one at each completion, when nothing waits) and ends at KV exhaustion; the
+per-step ITL histogram is filled in closed form. A global step counter lets every decoding request's progress
+be derived (``generated = generated_at_join + steps - join_step``), so a run costs O(segments) plus O(log B) per
+completion, never O(tokens). Tests check that runs reproduce the step-by-step loop exactly.
 """
 
 from __future__ import annotations
