@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from env.profiling.records import RequestRecords
-from env.workloads.errors import TraceFormatError
+from env.workloads.errors import MAX_TOKEN_COUNT, TraceFormatError
 from env.workloads.traces._io import read_text
 
 __all__ = ["load_router_log"]
@@ -53,7 +53,12 @@ def _tokens(path: Path, line: int, row: dict[str, Any], names: tuple[str, ...]) 
     for name in names:
         if row.get(name) is not None:
             value = row[name]
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or value != int(value):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 <= value <= MAX_TOKEN_COUNT
+                or value != int(value)
+            ):
                 raise TraceFormatError(path, f"expected a token count, got {value!r}", line=line, column=name)
             return int(value)
     raise TraceFormatError(path, "missing field", line=line, column=names[0])
@@ -126,11 +131,16 @@ def load_router_log(path: Path) -> RequestRecords:
         elif raw_stages is not None:
             raise TraceFormatError(path, "expected an object {stage: seconds}", line=line, column="stages")
         ids = row.get("hash_ids")
-        if ids is not None and not (isinstance(ids, list) and all(isinstance(x, int) for x in ids)):
-            raise TraceFormatError(path, "expected a list of integers", line=line, column="hash_ids")
+        if ids is not None and not (
+            isinstance(ids, list)
+            and all(isinstance(x, int) and not isinstance(x, bool) and abs(x) < 2**63 for x in ids)
+        ):
+            raise TraceFormatError(path, "expected a list of 64-bit integers", line=line, column="hash_ids")
         hash_lists.append(ids or [])
         if row.get("hash_block_tokens") is not None:
-            block_tokens = int(_number(path, line, "hash_block_tokens", row["hash_block_tokens"]))
+            block_tokens = _tokens(path, line, row, ("hash_block_tokens",))
+            if block_tokens == 0:
+                raise TraceFormatError(path, "must be positive", line=line, column="hash_block_tokens")
     order = np.argsort(np.where(np.isnan(arrival), np.inf, arrival), kind="stable")
     has_arrivals = bool(np.isfinite(arrival).all())
     counts = np.array([len(h) for h in hash_lists], dtype=np.int64)[order]

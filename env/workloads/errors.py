@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["TraceFormatError", "TraceNotFoundError", "WorkloadError"]
+__all__ = ["MAX_TOKEN_COUNT", "TraceFormatError", "TraceNotFoundError", "WorkloadError"]
+
+#: Largest token count a trace may state; anything above is taken as a malformed value.
+MAX_TOKEN_COUNT = 1_000_000_000
 
 
 class WorkloadError(Exception):

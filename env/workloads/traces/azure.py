@@ -13,7 +13,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from env.workloads.columns import RequestColumns
-from env.workloads.errors import TraceFormatError
+from env.workloads.errors import MAX_TOKEN_COUNT, TraceFormatError
 from env.workloads.traces._io import read_text
 
 __all__ = ["AZURE_COLUMNS", "load_azure_csv"]
@@ -36,6 +36,8 @@ def _first_bad_row(path: Path, rows: list[list[str]]) -> TraceFormatError:
                 return TraceFormatError(path, f"not an integer: {value!r}", line=line, column=name)
             if number < 0:
                 return TraceFormatError(path, f"negative token count {number}", line=line, column=name)
+            if number > MAX_TOKEN_COUNT:
+                return TraceFormatError(path, f"token count {number} is implausibly large", line=line, column=name)
     return TraceFormatError(path, "cannot parse the file")
 
 
@@ -65,15 +67,13 @@ def load_azure_csv(path: Path) -> RequestColumns:
         stamps = np.array([f[0].replace(" ", "T", 1) for f in rows], dtype="datetime64[ns]")
         inputs: NDArray[np.int64] = np.array([f[1] for f in rows]).astype(np.int64)
         outputs: NDArray[np.int64] = np.array([f[2] for f in rows]).astype(np.int64)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise _first_bad_row(path, rows) from None
     if np.isnat(stamps).any():
         line = int(np.flatnonzero(np.isnat(stamps))[0]) + 2
         raise TraceFormatError(path, "missing timestamp", line=line, column=AZURE_COLUMNS[0])
-    for values, name in ((inputs, AZURE_COLUMNS[1]), (outputs, AZURE_COLUMNS[2])):
-        if (values < 0).any():
-            line = int(np.flatnonzero(values < 0)[0]) + 2
-            raise TraceFormatError(path, "negative token count", line=line, column=name)
+    if ((inputs < 0) | (inputs > MAX_TOKEN_COUNT) | (outputs < 0) | (outputs > MAX_TOKEN_COUNT)).any():
+        raise _first_bad_row(path, rows)
     offsets_ns = (stamps - stamps[0]).astype(np.int64)
     if (np.diff(offsets_ns) < 0).any():
         line = int(np.flatnonzero(np.diff(offsets_ns) < 0)[0]) + 3

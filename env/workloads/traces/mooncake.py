@@ -16,13 +16,14 @@ from typing import Any
 import numpy as np
 
 from env.workloads.columns import RequestColumns
-from env.workloads.errors import TraceFormatError
+from env.workloads.errors import MAX_TOKEN_COUNT, TraceFormatError
 from env.workloads.traces._io import read_text
 
 __all__ = ["MOONCAKE_FIELDS", "load_mooncake_jsonl"]
 
 #: Fields every row must carry (``hash_ids`` may be absent when ``keep_hash_ids`` is false).
 MOONCAKE_FIELDS: tuple[str, ...] = ("timestamp", "input_length", "output_length", "hash_ids")
+_INT64 = 2**63
 
 
 def _decode(path: Path, lines: list[str], numbers: list[int]) -> list[Any]:
@@ -51,15 +52,19 @@ def _column(path: Path, rows: list[Any], numbers: list[int], field: str) -> list
 
 def _numbers(path: Path, values: list[Any], numbers: list[int], field: str, *, integer: bool) -> np.ndarray:
     bad = next(
-        (i for i, v in enumerate(values) if isinstance(v, bool) or not isinstance(v, int | float) or v < 0),
+        (
+            i
+            for i, v in enumerate(values)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf
+        ),
         None,
     )
     if bad is None and integer:
-        bad = next((i for i, v in enumerate(values) if not float(v).is_integer()), None)
+        bad = next((i for i, v in enumerate(values) if v > MAX_TOKEN_COUNT or not float(v).is_integer()), None)
     if bad is not None:
         raise TraceFormatError(
             path,
-            f"expected a non-negative {'integer' if integer else 'number'}, got {values[bad]!r}",
+            f"expected a non-negative {'token count' if integer else 'number'}, got {values[bad]!r}",
             line=numbers[bad],
             column=field,
         )
@@ -106,9 +111,11 @@ def load_mooncake_jsonl(path: Path, *, keep_hash_ids: bool = True, hash_block_to
         flat = np.fromiter(itertools.chain.from_iterable(hashes), dtype=np.int64, count=int(offsets[-1]))
     except (TypeError, ValueError, OverflowError):
         for i, h in enumerate(hashes):
-            if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in h):
+            if not isinstance(h, list) or not all(
+                isinstance(x, int) and not isinstance(x, bool) and -_INT64 <= x < _INT64 for x in h
+            ):
                 raise TraceFormatError(
-                    path, "expected a list of integers", line=numbers[i], column="hash_ids"
+                    path, "expected a list of 64-bit integers", line=numbers[i], column="hash_ids"
                 ) from None
         raise  # pragma: no cover - unreachable: one of the rows above failed
     expected = -(-inputs // hash_block_tokens)
