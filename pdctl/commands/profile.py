@@ -256,7 +256,10 @@ def _run(
     else:
         _print(profile, Console())
         if json_path is not None:
-            Path(json_path).write_text(document + "\n")
+            try:
+                Path(json_path).write_text(document + "\n")
+            except OSError as exc:
+                raise _fail(f"{json_path}: cannot write ({exc.strerror or exc})") from None
     if out is not None:
         from env.profiling.figures import write_figures
 
