@@ -15,9 +15,11 @@ A scenario names one :data:`WorkloadConfig` per tenant. The union is discriminat
 ==================  ======================================================================================
 
 Synthetic kinds carry ``input_tokens`` and ``output_tokens`` length distributions (``fixed``, ``lognormal``,
-``empirical``), each clipped to ``[min_tokens, max_tokens]``. Trace kinds carry a window (``start_s``,
-``duration_s``, in the trace's own time, from its first request), a ``rate_scale`` (time compression: 2.0 replays
-the window twice as fast, doubling the rate) and an optional ``max_requests``.
+``empirical``), each clipped to ``[min_tokens, max_tokens]``, and optionally shared prompt prefixes (``prefix``,
+as Mooncake-style ``hash_ids``). Trace kinds carry a window (``start_s``, ``duration_s``, in the trace's own time,
+from its first request), a ``rate_scale`` (time compression: 2.0 replays the window twice as fast, doubling the
+rate) and an optional ``max_requests``; the two replays may ``repeat`` their window back to back to fill a longer
+horizon.
 
 Paths in a config are taken as written; :func:`resolve_paths` makes relative ones absolute against a base folder
 (a scenario file's folder). All models are frozen and refuse unknown keys.
