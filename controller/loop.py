@@ -5,6 +5,10 @@ directory, reads a window from the source, asks the policy, clamps with the guar
 for the tenants they name, and — in active mode — hands the plan to every actuator. A decision computed
 while the configuration was swapped (a newer generation exists when it is ready) is dropped. One JSON line
 is logged per tick and the same record is appended to the audit log.
+
+Advisory mode runs the same pipeline, guard state included, so its log shows what active mode would do and
+at the same cadence (hysteresis, cooldown); it never calls an actuator, and the published thresholds and the
+policy's view of them stay as they were.
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ def test_window_means_are_sums_over_sums_and_missing_is_none() -> None:
     assert g.decode_queue_requests == 1.0
     assert g.prefill_queued_tokens == pytest.approx(4 * 2500.0)
     assert g.kv_transfer_failure_frac == pytest.approx(0.2)
-    assert g.kv_transfer_time_p95_s == pytest.approx(0.1 + (math.inf - 0.1) * 0) or g.kv_transfer_time_p95_s == 0.1
+    assert g.kv_transfer_time_p95_s == 0.1, "rank in +Inf: the highest finite bound"
     assert g.prefix_cache_hit_frac == pytest.approx(0.3)
     assert g.decode_active_seqs is None
     h = window.groups["h"]
