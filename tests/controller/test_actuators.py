@@ -1,0 +1,276 @@
+"""Actuators against loopback servers speaking the real protocols: the router admin API and the Kubernetes API
+(``scale`` subresource, bearer token, merge patch). Unknown outcomes are never retried blindly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from controller.actuators.base import Outcome, Plan
+from controller.actuators.dryrun import DryRunActuator
+from controller.actuators.kubernetes import KubernetesActuator, Workload, scale_path
+from controller.actuators.router import RouterActuator, role_changes
+from controller.sources.base import InstanceInfo, Topology
+from policies.schema import PoolTargets
+
+TOKEN = "s3cret"
+
+
+@dataclass
+class FakeServer:
+    url: str
+    calls: list[tuple[str, str, Any]] = field(default_factory=list)
+    delay_s: float = 0.0
+    status: int = 200
+
+
+async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def admin() -> AsyncIterator[tuple[FakeServer, dict[str, Any]]]:
+    """The router admin API contract (docs/admin-api.md), in memory."""
+    state: dict[str, Any] = {
+        "generation": 1,
+        "policy": {},
+        "instances": [
+            {"id": i, "url": "", "role": r, "pending_role": None, "healthy": True, "in_flight": 0, "draining": False}
+            for i, r in (("p0", "prefill"), ("d0", "decode"), ("d1", "decode"))
+        ],
+        "kv_transfer_healthy": True,
+    }
+    server = FakeServer("")
+
+    def authorized(request: web.Request) -> bool:
+        return request.headers.get("Authorization") == f"Bearer {TOKEN}"
+
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.json() if request.can_read_body else None
+        server.calls.append((request.method, request.path, body))
+        await asyncio.sleep(server.delay_s)
+        if not authorized(request):
+            return web.json_response({"error": {"message": "no", "field": "Authorization"}}, status=401)
+        if server.status != 200:
+            return web.json_response({"error": {"message": "injected", "field": ""}}, status=server.status)
+        if request.path == "/admin/policy":
+            state["generation"] += 1
+            state["policy"] = body["policy"]
+        elif request.path == "/admin/roles":
+            for inst in state["instances"]:
+                if inst["id"] in body["roles"]:
+                    inst["pending_role"] = body["roles"][inst["id"]]
+        return web.json_response(state)
+
+    app = web.Application()
+    app.router.add_route("*", "/admin/{tail:.*}", handle)
+    runner, server.url = await _serve(app)
+    try:
+        yield server, state
+    finally:
+        await runner.cleanup()
+
+
+TOPOLOGY = Topology.from_instances(
+    [InstanceInfo("p0", "g", "prefill"), InstanceInfo("d0", "g", "decode"), InstanceInfo("d1", "g", "decode")]
+)
+
+
+def test_role_changes_are_minimal_and_deterministic() -> None:
+    assert role_changes(TOPOLOGY, {"g": PoolTargets(2, 1)}) == {"d1": "prefill"}
+    assert role_changes(TOPOLOGY, {"g": PoolTargets(1, 2)}) == {}
+    assert role_changes(TOPOLOGY, {"g": PoolTargets(0, 3)}) == {"p0": "decode"}
+    pending = Topology.from_instances(
+        [
+            InstanceInfo("p0", "g", "prefill"),
+            InstanceInfo("d0", "g", "decode"),
+            InstanceInfo("d1", "g", "decode", None, "prefill"),
+        ]
+    )
+    assert role_changes(pending, {"g": PoolTargets(2, 1)}) == {}, "a change in flight already counts"
+    assert role_changes(pending, {"g": PoolTargets(3, 0)}) == {"d0": "prefill"}
+
+
+async def test_router_actuator_publishes_policy_and_roles(admin: tuple[FakeServer, dict[str, Any]]) -> None:
+    server, state = admin
+    actuator = RouterActuator(server.url, TOKEN, timeout_s=2.0)
+    try:
+        assert await actuator.ready()
+        plan = Plan(1, {"tenants": [{"name": "rag"}]}, {"g": PoolTargets(2, 1)})
+        result = await actuator.apply(plan, TOPOLOGY)
+        assert result.outcome is Outcome.APPLIED
+        assert [(m, p) for m, p, _ in server.calls[1:]] == [("PUT", "/admin/policy"), ("PUT", "/admin/roles")]
+        assert server.calls[1][2] == {"policy": {"tenants": [{"name": "rag"}]}}
+        assert server.calls[2][2] == {"roles": {"d1": "prefill"}}
+        observed = await actuator.observe(TOPOLOGY)
+        assert observed is not None
+        assert observed.pending["g"] == (1, 0)
+        assert state["generation"] == 2
+        assert (await actuator.apply(Plan(1), TOPOLOGY)).outcome is Outcome.UNCHANGED
+    finally:
+        await actuator.close()
+
+
+async def test_router_actuator_rejected_and_unauthorized(admin: tuple[FakeServer, dict[str, Any]]) -> None:
+    server, _ = admin
+    wrong = RouterActuator(server.url, "wrong", timeout_s=2.0)
+    try:
+        assert not await wrong.ready()
+        result = await wrong.apply(Plan(1, {"x": 1}), TOPOLOGY)
+        assert result.outcome is Outcome.REJECTED
+        assert not wrong.latch.set, "a refusal changed nothing: no latch"
+    finally:
+        await wrong.close()
+    down = RouterActuator("http://127.0.0.1:9", TOKEN, timeout_s=1.0)
+    try:
+        result = await down.apply(Plan(1, {"x": 1}), TOPOLOGY)
+        assert result.outcome is Outcome.FAILED
+        assert await down.observe(TOPOLOGY) is None
+    finally:
+        await down.close()
+
+
+async def test_unknown_outcome_is_not_retried_until_state_is_read_back(
+    admin: tuple[FakeServer, dict[str, Any]],
+) -> None:
+    server, _ = admin
+    actuator = RouterActuator(server.url, TOKEN, timeout_s=0.3)
+    try:
+        server.delay_s = 1.0
+        first = await actuator.apply(Plan(1, {"p": 1}, {"g": PoolTargets(2, 1)}), TOPOLOGY)
+        assert first.outcome is Outcome.UNKNOWN
+        assert actuator.latch.set
+        sent = len(server.calls)
+        held = await actuator.apply(Plan(2, {"p": 2}), TOPOLOGY)
+        assert held.outcome is Outcome.HELD
+        assert len(server.calls) == sent, "nothing sent while the outcome is unknown"
+        server.delay_s = 0.0
+        assert await actuator.observe(TOPOLOGY) is not None
+        assert not actuator.latch.set
+        assert (await actuator.apply(Plan(3, {"p": 3}), TOPOLOGY)).outcome is Outcome.APPLIED
+        server.status = 503
+        assert (await actuator.apply(Plan(4, {"p": 4}), TOPOLOGY)).outcome is Outcome.UNKNOWN
+    finally:
+        await actuator.close()
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[tuple[FakeServer, dict[str, dict[str, int]]]]:
+    """A minimal API server: GET/PATCH of apps/v1 Deployment and StatefulSet ``scale`` subresources."""
+    replicas: dict[str, dict[str, int]] = {
+        "deployments/prefill": {"spec": 1, "status": 1},
+        "deployments/decode": {"spec": 3, "status": 3},
+    }
+    server = FakeServer("")
+
+    async def scale(request: web.Request) -> web.Response:
+        namespace, kind, name = request.match_info["ns"], request.match_info["kind"], request.match_info["name"]
+        body = await request.read()
+        server.calls.append((request.method, request.path, body.decode() or None))
+        await asyncio.sleep(server.delay_s)
+        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return web.json_response({"kind": "Status", "status": "Failure", "code": 401}, status=401)
+        key = f"{kind}/{name}"
+        if key not in replicas:
+            return web.json_response(
+                {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404}, status=404
+            )
+        if request.method == "PATCH":
+            if request.headers.get("Content-Type") != "application/merge-patch+json":
+                return web.json_response({"kind": "Status", "code": 415}, status=415)
+            replicas[key]["spec"] = json.loads(body)["spec"]["replicas"]
+        value = replicas[key]
+        return web.json_response(
+            {
+                "kind": "Scale",
+                "apiVersion": "autoscaling/v1",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"replicas": value["spec"]},
+                "status": {"replicas": value["status"], "selector": f"app={name}"},
+            }
+        )
+
+    app = web.Application()
+    app.router.add_route("*", "/apis/apps/v1/namespaces/{ns}/{kind}/{name}/scale", scale)
+    runner, server.url = await _serve(app)
+    try:
+        yield server, replicas
+    finally:
+        await runner.cleanup()
+
+
+def kube_actuator(url: str, timeout_s: float = 2.0, token: str = TOKEN) -> KubernetesActuator:
+    workloads = (Workload("Deployment", "prefill"), Workload("Deployment", "decode"))
+    return KubernetesActuator(url, "serving", token, {"g": workloads}, timeout_s)
+
+
+def test_scale_paths() -> None:
+    assert scale_path("ns", Workload("StatefulSet", "x")) == "/apis/apps/v1/namespaces/ns/statefulsets/x/scale"
+
+
+async def test_kubernetes_actuator_reads_and_patches_scale(kube: tuple[FakeServer, dict[str, dict[str, int]]]) -> None:
+    server, replicas = kube
+    actuator = kube_actuator(server.url)
+    try:
+        assert await actuator.ready()
+        observed = await actuator.observe(Topology())
+        assert observed is not None
+        assert observed.pools["g"] == PoolTargets(1, 3)
+        result = await actuator.apply(Plan(1, pools={"g": PoolTargets(2, 3)}), observed)
+        assert result.outcome is Outcome.APPLIED
+        patches = [c for c in server.calls if c[0] == "PATCH"]
+        assert patches == [
+            ("PATCH", "/apis/apps/v1/namespaces/serving/deployments/prefill/scale", '{"spec": {"replicas": 2}}')
+        ]
+        assert replicas["deployments/prefill"]["spec"] == 2
+        # Asked for but not ready yet → pending.
+        observed = await actuator.observe(observed)
+        assert observed is not None
+        assert observed.pending["g"] == (1, 0)
+    finally:
+        await actuator.close()
+
+
+async def test_kubernetes_actuator_errors(kube: tuple[FakeServer, dict[str, dict[str, int]]]) -> None:
+    server, _ = kube
+    wrong = kube_actuator(server.url, token="nope")
+    try:
+        assert await wrong.observe(Topology()) is None
+        result = await wrong.apply(Plan(1, pools={"g": PoolTargets(2, 3)}), Topology(pools={"g": PoolTargets(1, 3)}))
+        assert result.outcome is Outcome.REJECTED
+    finally:
+        await wrong.close()
+    slow = kube_actuator(server.url, timeout_s=0.3)
+    try:
+        server.delay_s = 1.0
+        result = await slow.apply(Plan(1, pools={"g": PoolTargets(1, 4)}), Topology(pools={"g": PoolTargets(1, 3)}))
+        assert result.outcome is Outcome.UNKNOWN
+        held = await slow.apply(Plan(2, pools={"g": PoolTargets(1, 4)}), Topology(pools={"g": PoolTargets(1, 3)}))
+        assert held.outcome is Outcome.HELD
+        server.delay_s = 0.0
+        assert await slow.observe(Topology()) is not None
+        assert not slow.latch.set
+    finally:
+        await slow.close()
+
+
+async def test_dry_run_records_and_simulates() -> None:
+    actuator = DryRunActuator()
+    topology = Topology(pools={"g": PoolTargets(1, 3)})
+    assert await actuator.observe(topology) == topology
+    await actuator.apply(Plan(1, pools={"g": PoolTargets(2, 2)}), topology)
+    assert len(actuator.records) == 1
+    observed = await actuator.observe(topology)
+    assert observed is not None
+    assert observed.pools["g"] == PoolTargets(2, 2)
