@@ -12,6 +12,7 @@ from pathlib import Path
 from env.perf import InterpolatedExecutionTimeModel, OperatorProfile, StepOverheads, load_operator_profile
 from env.scenario import ClusterConfig, NetworkConfig
 from env.sim.engine import EngineConfig, InstanceEngine
+from env.sim.simulator import kv_capacity_tokens as sim_kv_capacity_tokens
 
 __all__ = ["TransferModel", "build_engine", "kv_capacity_tokens", "load_profile"]
 
@@ -24,24 +25,18 @@ def load_profile(name: str, directory: str | None = None) -> OperatorProfile:
 
 @lru_cache(maxsize=8)
 def _time_model(
-    name: str, directory: str | None, tp: int, step_overhead_s: float | None
+    name: str, directory: str | None, tp: int, step_overhead_s: float | None, max_batch: int
 ) -> InterpolatedExecutionTimeModel:
     overheads = StepOverheads() if step_overhead_s is None else StepOverheads(step_overhead_s=step_overhead_s)
-    return InterpolatedExecutionTimeModel(load_profile(name, directory), tp, overheads)
+    return InterpolatedExecutionTimeModel(load_profile(name, directory), tp, overheads, max_batch=max_batch)
 
 
 def kv_capacity_tokens(cluster: ClusterConfig, tp: int) -> int:
-    """KV tokens one instance holds: (GPU memory x utilisation - weights - activations) / KV bytes per token."""
+    """KV tokens one instance holds (the cluster's override, else the simulator's memory formula)."""
     if cluster.kv_capacity_tokens is not None:
         return cluster.kv_capacity_tokens
     profile = load_profile(cluster.profile, _dir(cluster.profile_dir))
-    model = profile.model
-    free_bytes = (
-        profile.gpu_memory_bytes * cluster.gpu_memory_utilization
-        - model.weight_bytes(tp)
-        - cluster.activation_reserve_bytes
-    )
-    return max(int(free_bytes // model.kv_bytes_per_token(tp)), 1)
+    return sim_kv_capacity_tokens(profile, tp, cluster.gpu_memory_utilization, cluster.activation_reserve_bytes)
 
 
 def _dir(path: Path | None) -> str | None:
@@ -51,7 +46,9 @@ def _dir(path: Path | None) -> str | None:
 def build_engine(cluster: ClusterConfig, tp: int | None = None) -> InstanceEngine:
     """A fresh engine for one instance of ``cluster`` (TP ``tp``, default the cluster's)."""
     degree = tp or cluster.tp
-    model = _time_model(cluster.profile, _dir(cluster.profile_dir), degree, cluster.step_overhead_s)
+    model = _time_model(
+        cluster.profile, _dir(cluster.profile_dir), degree, cluster.step_overhead_s, cluster.max_num_seqs
+    )
     config = EngineConfig(
         kv_capacity_tokens=kv_capacity_tokens(cluster, degree),
         max_num_seqs=cluster.max_num_seqs,

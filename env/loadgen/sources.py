@@ -1,8 +1,7 @@
 """Where a load comes from: a scenario file (every tenant's workload) or one workload configuration.
 
-Both go through :func:`env.workloads.generate_requests`, the same generator the simulator uses, with the same
-seeding (one child generator per tenant spawned from the scenario seed), so the emulated cluster sees the very
-requests the simulator saw.
+A scenario goes through :func:`env.sim.build.generate_workloads`, the simulator's own workload generation and
+seeding, so the emulated cluster sees the very requests the simulator saw.
 """
 
 from __future__ import annotations
@@ -10,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from env.scenario import Scenario
+from env.sim.build import generate_workloads
 from env.workloads import RequestSpec, WorkloadConfig, generate_requests
 
 __all__ = ["requests_from_scenario", "requests_from_workload"]
@@ -19,12 +19,11 @@ def requests_from_scenario(
     scenario: Scenario, duration_s: float | None = None, seed: int | None = None
 ) -> list[RequestSpec]:
     """All tenants' requests of ``scenario`` over ``duration_s`` (default the scenario's), sorted by arrival."""
-    duration = scenario.duration_s if duration_s is None else duration_s
-    rng = np.random.default_rng(scenario.seed if seed is None else seed)
-    children = rng.spawn(len(scenario.tenants))
+    if duration_s is not None:
+        scenario = scenario.model_copy(update={"duration_s": duration_s})
     out: list[RequestSpec] = []
-    for tenant, child in zip(scenario.tenants, children, strict=True):
-        out.extend(generate_requests(tenant.workload, child, duration, tenant.name))
+    for tenant, columns in generate_workloads(scenario, seed).items():
+        out.extend(columns.to_specs(tenant))
     out.sort(key=lambda r: (r.arrival_s, r.request_id))
     return out
 

@@ -3,13 +3,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from env.emulator import EmulatorHost, InstanceSpec
 from env.loadgen import LoadOptions, RequestResult, replay, requests_from_scenario, summarize, write_csv, write_json
 from env.scenario import ClusterConfig, load_scenario
-from env.workloads import RequestSpec, generate_requests
+from env.sim.build import generate_workloads
+from env.workloads import RequestSpec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,10 +19,10 @@ def test_scenario_requests_are_the_simulators_requests() -> None:
     specs = requests_from_scenario(scenario, duration_s=5.0)
     assert specs == requests_from_scenario(scenario, duration_s=5.0)  # deterministic
     assert [s.arrival_s for s in specs] == sorted(s.arrival_s for s in specs)
-    children = np.random.default_rng(scenario.seed).spawn(len(scenario.tenants))
-    for tenant, child in zip(scenario.tenants, children, strict=True):
-        expected = generate_requests(tenant.workload, child, 5.0, tenant.name)
-        assert [s for s in specs if s.tenant == tenant.name] == expected
+    short = scenario.model_copy(update={"duration_s": 5.0})
+    for tenant, columns in generate_workloads(short).items():
+        assert [s for s in specs if s.tenant == tenant] == columns.to_specs(tenant)
+    assert {s.tenant for s in specs} == {"chatbot", "rag"}
 
 
 def test_summary_percentiles_and_files(tmp_path: Path) -> None:

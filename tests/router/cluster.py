@@ -103,11 +103,12 @@ async def live_cluster(
     extra_instances: list[dict[str, str]] | None = None,
     router_overrides: dict[str, Any] | None = None,
     cluster: ClusterConfig | None = None,
+    time_scale: float = 1.0,
 ) -> AsyncIterator[LiveCluster]:
     """Emulated instances ``p0..``, ``d0..`` (in this process) and a router in front of them."""
     specs = [InstanceSpec(f"p{i}", faults=faults or FaultConfig()) for i in range(num_prefill)]
     specs += [InstanceSpec(f"d{i}", faults=faults or FaultConfig()) for i in range(num_decode)]
-    host = EmulatorHost(cluster or ClusterConfig(), specs)
+    host = EmulatorHost(cluster or ClusterConfig(), specs, time_scale=time_scale)
     await host.start()
     policy_path = None
     if policy_yaml is not None:
