@@ -110,7 +110,13 @@ class Histogram:
         placed = 0
         for i in range(lo, hi):
             # samples <= bounds[i]: k <= (bound - first) / increment
-            upto = min(math.floor((bounds[i] - first) / increment) + 1, num)
+            bound = bounds[i]
+            upto = min(max(math.floor((bound - first) / increment) + 1, placed), num)
+            # settle floating-point ties exactly as the samples first + k * increment compare
+            while upto < num and first + upto * increment <= bound:
+                upto += 1
+            while upto > placed and first + (upto - 1) * increment > bound:
+                upto -= 1
             self.counts[i] += weight * (upto - placed)
             placed = upto
         self.counts[hi] += weight * (num - placed)

@@ -45,10 +45,10 @@ def test_histogram_le_semantics_and_quantile() -> None:
     assert Histogram((1.0,)).quantile(0.5) is None
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
-    first=st.floats(0.0, 0.2),
-    inc=st.floats(0.0, 0.01),
+    first=st.floats(0.0, 0.2) | st.sampled_from([0.125, 0.01, 0.05]),
+    inc=st.floats(0.0, 0.01) | st.sampled_from([0.005, 0.0025, 0.025]),
     num=st.integers(1, 400),
     weight=st.integers(1, 5),
 )
@@ -59,8 +59,7 @@ def test_observe_linear_equals_a_loop(first: float, inc: float, num: int, weight
         slow.observe(first + k * inc, weight)
     assert fast.count == slow.count
     assert fast.total == pytest.approx(slow.total, rel=1e-9, abs=1e-12)
-    # bucket edges may round differently for a sample exactly on a boundary: allow one step's worth
-    assert sum(abs(a - b) for a, b in zip(fast.counts, slow.counts, strict=True)) <= 2 * weight
+    assert fast.counts == slow.counts
 
 
 def test_instance_counters_names() -> None:
