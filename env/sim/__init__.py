@@ -3,18 +3,24 @@
 * :mod:`env.sim.engine` — one instance's vLLM-V1-like scheduler (shared with the emulator).
 * :mod:`env.sim.telemetry` — vLLM-named counters and histograms.
 * :mod:`env.sim.simulator` — the cluster: router in the loop, KV transfers, pool changes, ``run_until``.
+* :mod:`env.sim.build` — loading a scenario's profile and workloads (the I/O side); :mod:`env.sim.summary` — results.
 """
 
 from env.sim.engine import DecodeRun, EngineConfig, EngineRequest, InstanceEngine, Phase, StepResult
+from env.sim.simulator import ClusterSimulator, InstanceRole, InstanceState, kv_capacity_tokens
 from env.sim.telemetry import Histogram, InstanceCounters
 
 __all__ = [
+    "ClusterSimulator",
     "DecodeRun",
     "EngineConfig",
     "EngineRequest",
     "Histogram",
     "InstanceCounters",
     "InstanceEngine",
+    "InstanceRole",
+    "InstanceState",
     "Phase",
     "StepResult",
+    "kv_capacity_tokens",
 ]

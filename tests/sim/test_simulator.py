@@ -293,3 +293,17 @@ def test_gpus_freed_by_a_drain_start_the_pending_instances() -> None:
     assert sum(i.tp for i in sim.instances if i.state != InstanceState.STOPPED) == 4
     sim.run()
     assert sim.num_finished == 200
+
+
+def test_kv_capacity_from_memory_weights_and_kv_bytes() -> None:
+    from env.sim.simulator import kv_capacity_tokens
+    from tests.sim.helpers import profile
+
+    p = profile()
+    expected = (139.8e9 * 0.9 - p.model.weight_bytes(1) - 4e9) // 131_072
+    assert kv_capacity_tokens(p, 1, 0.9, 4e9) == expected
+    assert 800_000 < expected < 820_000  # ~806k tokens: Llama-3-8B on one H200 at 90 % utilisation
+    # TP2 halves the KV bytes per token and the weights per GPU: more than twice the tokens per GPU pair
+    assert kv_capacity_tokens(p, 2, 0.9, 4e9) > 2 * expected
+    sim = simulator(scenario(1, 1), {"t": columns([0.0], 100, 5)})
+    assert sim.instances[0].engine.config.kv_capacity_tokens == expected
