@@ -111,6 +111,7 @@ class Router:
         self._stream_timeout = aiohttp.ClientTimeout(total=None, sock_connect=t.connect_s, sock_read=t.stream_idle_s)
         self._prefill_timeout = aiohttp.ClientTimeout(total=t.prefill_s, sock_connect=t.connect_s)
         self._unary_timeout = aiohttp.ClientTimeout(total=t.first_token_s, sock_connect=t.connect_s)
+        self._tokenize_remotely = config.estimation.tokenizer == "instance"
 
     # ----------------------------------------------------------------------------------------- lifecycle
 
@@ -233,6 +234,26 @@ class Router:
             if self.log is not None:
                 self.log.flush()
 
+    async def _count_tokens(self, body: Mapping[str, Any]) -> int | None:
+        """Prompt tokens counted by a decode instance's ``POST /tokenize`` (None: fall back to the estimate)."""
+        serving = self.registry.serving("decode")
+        if not serving:
+            return None
+        query: dict[str, Any] = {"model": body["model"]} if body.get("model") else {}
+        if isinstance(body.get("messages"), list):
+            query["messages"] = body["messages"]
+        elif isinstance(body.get("prompt"), str):
+            query["prompt"] = body["prompt"]
+        else:
+            return None
+        try:
+            async with self.session.post(serving[0].url + "/tokenize", json=query, timeout=self._prefill_timeout) as r:
+                data = await r.json() if r.status == 200 else None
+        except (*_UPSTREAM_ERRORS, ValueError):
+            return None
+        count = data.get("count") if isinstance(data, dict) else None
+        return count if isinstance(count, int) else None
+
     # ------------------------------------------------------------------------------------ plain endpoints
 
     async def _health(self, _: web.Request) -> web.Response:
@@ -268,7 +289,10 @@ class Router:
         request_id = headers.get("X-Request-Id") or uuid.uuid4().hex
         authorization = headers.get("Authorization")
         api_key = authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else None
-        plan = self.planner.plan(body, self.policy.resolved, request_id, headers.get("X-Tenant-Id"), api_key, arrival)
+        counted = await self._count_tokens(body) if self._tokenize_remotely else None
+        plan = self.planner.plan(
+            body, self.policy.resolved, request_id, headers.get("X-Tenant-Id"), api_key, arrival, counted
+        )
         if plan is None:
             return _json_error(503, "no decode instance available", "ServiceUnavailableError")
         f = plan.features

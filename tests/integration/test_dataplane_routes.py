@@ -142,3 +142,14 @@ async def test_admin_threshold_change_reroutes_live(tmp_path: Path) -> None:
         assert records["d"]["prefix_hit_tokens"] == 2944  # 46 full 64-token blocks of 3000 tokens
         async with c.session.get(c.url + "/admin/state", headers=c.admin_headers()) as resp:
             assert (await resp.json())["generation"] == 7
+
+
+async def test_instance_tokenizer_counts_prompt_tokens(tmp_path: Path) -> None:
+    overrides = {"estimation": {"tokenizer": "instance"}}
+    async with live_cluster(tmp_path, policy_yaml=POLICY, router_overrides=overrides) as c:
+        chat = {"messages": [{"role": "user", "content": LONG}], "max_tokens": 2}
+        async with c.session.post(c.url + "/v1/chat/completions", json=chat, headers={"X-Request-Id": "t1"}) as resp:
+            usage = (await resp.json())["usage"]
+        record = c.records()[-1]
+        # the instance counts the chat template too; the router's record carries exactly that count
+        assert record["input_tokens"] == usage["prompt_tokens"] == 3006
