@@ -8,6 +8,7 @@ output-token count and notes the time of the last chunk for TPOT. A failure afte
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiohttp import ClientResponse, web
@@ -51,7 +52,7 @@ async def relay(
     upstream: ClientResponse,
     downstream: web.StreamResponse,
     first_chunk: bytes,
-    clock: object,
+    clock: Callable[[], float],
 ) -> RelayResult:
     """Copy ``first_chunk`` and the rest of ``upstream`` to ``downstream``.
 
@@ -62,7 +63,6 @@ async def relay(
         clock: a zero-argument callable returning seconds (the event loop's ``time``).
     """
     now = clock  # local alias: called once per chunk
-    assert callable(now)
     events = first_chunk.count(_DATA)
     done = _DONE in first_chunk
     last_s: float = now()

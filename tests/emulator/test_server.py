@@ -164,3 +164,20 @@ async def test_crash_after_requests_stops_answering(session: aiohttp.ClientSessi
 
 def test_chunk_json_is_compact() -> None:
     assert json.dumps({"a": 1}, separators=(",", ":")) == '{"a":1}'
+
+
+async def test_slow_instance_takes_slow_factor_longer(session: aiohttp.ClientSession) -> None:
+    cluster = ClusterConfig()
+    host = EmulatorHost(cluster, [InstanceSpec("fast"), InstanceSpec("slow", faults=FaultConfig(slow_factor=4.0))])
+    await host.start()
+    try:
+        loop = __import__("asyncio").get_running_loop()
+        durations = {}
+        for name, url in host.urls.items():
+            start = loop.time()
+            async with session.post(url + "/v1/completions", json={"prompt": prompt_text(2000), "max_tokens": 20}) as r:
+                assert r.status == 200
+            durations[name] = loop.time() - start
+        assert 3.0 < durations["slow"] / durations["fast"] < 4.5
+    finally:
+        await host.stop()

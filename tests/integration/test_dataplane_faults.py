@@ -155,3 +155,41 @@ async def test_crashed_decode_instance_fails_only_its_in_flight_streams(tmp_path
                 assert after.done
                 assert after.errors == []
             assert {r["decode_instance"] for r in c.records()[-4:]} == {"d0"}
+
+
+async def test_slow_transfer_times_out_and_falls_back_local(tmp_path: Path) -> None:
+    faults = FaultConfig(transfer_delay_s=5.0)
+    overrides = {"timeouts": {"remote_first_token_s": 0.3}}
+    async with live_cluster(tmp_path, 1, 1, faults=faults, policy_yaml=REMOTE_POLICY, router_overrides=overrides) as c:
+        rid = "slow-pull"
+        result = await asyncio.wait_for(
+            stream_request(
+                c.session, c.url, {"prompt": prompt_text(2500, salt=rid), "max_tokens": 5}, {"X-Request-Id": rid}
+            ),
+            timeout=10,
+        )
+        assert result.done
+        assert result.errors == []
+        assert result.text == _text(rid, 5)
+        rec = c.records()[0]
+        assert (rec["route"], rec["reason"], rec["fallback"]) == ("local_prefill", "long_prompt", "transfer_timeout")
+        assert rec["prefill_instance"] == "p0"
+        assert rec["ttft_s"] < 2.0
+
+
+async def test_client_disconnect_aborts_the_decode_request(tmp_path: Path) -> None:
+    async with live_cluster(tmp_path, 1, 1) as c:
+        body = {"prompt": prompt_text(100, salt="gone"), "max_tokens": 500, "stream": True}
+        async with c.session.post(c.url + "/v1/completions", json=body) as resp:
+            assert (await resp.content.readany()).startswith(b"data: ")
+            resp.close()  # the client goes away mid-stream
+        decode = c.host.instances[1]
+        for _ in range(50):
+            if decode.metrics.request_success["abort"]._value.get() == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert decode.metrics.request_success["abort"]._value.get() == 1
+        assert decode.metrics.request_success["length"]._value.get() == 0
+        assert c.router.registry.instances["d0"].in_flight == 0
+        await asyncio.sleep(0.1)
+        assert c.records()[-1]["status"] == 499
