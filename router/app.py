@@ -465,6 +465,7 @@ class Router:
             self._mark_failed(inst, "connect")
             rec.error = f"decode {inst.id}: {type(exc).__name__}"
             raise _DecodeFailed from exc
+        reusable = False
         try:
             if resp.status != 200:
                 return await self._non_200(req, inst, resp, remote)
@@ -498,8 +499,12 @@ class Router:
             downstream = web.StreamResponse(headers=_SSE_HEADERS)
             await downstream.prepare(request)
             result = await relay(resp, downstream, first, self._now)
+            reusable = result.done and result.upstream_error is None and not result.client_gone
         finally:
-            resp.close()
+            if reusable:
+                resp.release()  # fully read: the keep-alive connection goes back to the pool
+            else:
+                resp.close()  # abandoned or broken: drop the connection (the instance then aborts the request)
         self._finish_stream(req, inst, result.events, result.last_chunk_s, first_s, is_error_event(first))
         if result.upstream_error is not None:
             self._mark_failed(inst, "disconnect")
