@@ -228,7 +228,19 @@ class DecodeRun:
     shrinks) or where the run stops. ``finishers`` holds the finish-heap entries taken out while planning.
     """
 
-    __slots__ = ("duration_s", "end_steps", "end_times_s", "finishers", "num_steps", "seg_a", "seg_b", "seg_c", "seg_k")
+    __slots__ = (
+        "duration_s",
+        "end_steps",
+        "end_times_s",
+        "finish_times_s",
+        "finishers",
+        "num_steps",
+        "seg_a",
+        "seg_after",
+        "seg_b",
+        "seg_c",
+        "seg_k",
+    )
 
     def __init__(self) -> None:
         self.end_steps: list[int] = []
@@ -237,6 +249,8 @@ class DecodeRun:
         self.seg_k: list[float] = []
         self.seg_b: list[int] = []
         self.seg_c: list[int] = []
+        self.seg_after: list[int] = []
+        self.finish_times_s: list[float] = []
         self.finishers: list[tuple[int, int, EngineRequest]] = []
         self.num_steps = 0
         self.duration_s = 0.0
@@ -695,7 +709,7 @@ class InstanceEngine:
     # ------------------------------------------------------------------------------------------------ fast path
 
     def plan_decode_run(  # noqa: C901
-        self, now_s: float = math.nan, max_steps: int = 1 << 30, max_segments: int = 64
+        self, now_s: float = math.nan, max_steps: int = 1 << 30, max_segments: int = 8
     ) -> DecodeRun | None:
         """The run of decode-only steps possible from now (``now_s``), or None when a general step is needed.
 
@@ -744,7 +758,9 @@ class InstanceEngine:
         seg_k: list[float] = []
         seg_b: list[int] = []
         seg_c: list[int] = []
+        seg_after: list[int] = []
         finishers: list[tuple[int, int, EngineRequest]] = []
+        finish_times: list[float] = []
         done = 0
         elapsed = 0.0
         while True:
@@ -769,6 +785,7 @@ class InstanceEngine:
             ctx += batch * length
             free -= batch * length
             if length < to_finish:
+                seg_after.append(ctx)
                 break
             finish_step = steps0 + done
             while heap and heap[0][0] == finish_step:
@@ -777,10 +794,12 @@ class InstanceEngine:
                 if request.phase != Phase.DECODING or request.finish_step != finish_step:
                     continue
                 finishers.append(entry)
+                finish_times.append(elapsed)
                 batch -= 1
                 held = request.ctx_at_join + finish_step - request.join_step
                 ctx -= held
                 free += held
+            seg_after.append(ctx)
             if waiting or batch == 0 or len(end_steps) >= max_segments:
                 break
         if done < 1:
@@ -795,6 +814,8 @@ class InstanceEngine:
         run.seg_b = seg_b
         run.seg_c = seg_c
         run.finishers = finishers
+        run.seg_after = seg_after
+        run.finish_times_s = finish_times
         run.num_steps = done
         run.duration_s = elapsed
         return run
@@ -820,6 +841,56 @@ class InstanceEngine:
         while n < run.num_steps and run.time_after_s(n) < elapsed_s:
             n += 1
         return min(n, run.num_steps)
+
+    def running_at(self, run: DecodeRun, elapsed_s: float) -> int:
+        """Running requests after the steps of ``run`` completed by ``elapsed_s`` (see :meth:`run_view`)."""
+        running = len(self._decoding) + len(self._prefilling)
+        times = run.finish_times_s
+        if times and times[0] <= elapsed_s:
+            running -= bisect.bisect_right(times, elapsed_s)
+        return running
+
+    def run_view(self, run: DecodeRun, elapsed_s: float) -> tuple[int, int]:
+        """``(running requests, KV tokens used)`` after the steps of ``run`` completed by ``elapsed_s``.
+
+        The engine's own counters stay at the run's start until it is committed; this is what an observer (the
+        router, a metrics scrape) sees in the middle of a run.
+        """
+        running = len(self._decoding) + len(self._prefilling)
+        times = run.end_times_s
+        i = bisect.bisect_right(times, elapsed_s) if len(times) > 1 else (1 if times[0] <= elapsed_s else 0)
+        if i >= len(times):
+            done = run.num_steps
+        else:
+            # completed steps inside segment i: the largest m with m a + k (m c + b m (m - 1) / 2) <= local time
+            base = run.end_steps[i - 1] if i else 0
+            local = elapsed_s - (times[i - 1] if i else 0.0)
+            a, k, b, c = run.seg_a[i], run.seg_k[i], run.seg_b[i], run.seg_c[i]
+            qa = k * b / 2.0
+            qb = a + k * c - qa
+            m = int((-qb + math.sqrt(qb * qb + 4.0 * qa * local)) / (2.0 * qa)) if qa > 0 else int(local / qb)
+            length = run.end_steps[i] - base
+            m = min(max(m, 0), length)
+            while m > 0 and m * a + k * (m * c + b * m * (m - 1) / 2.0) > local:
+                m -= 1
+            while m < length and (m + 1) * a + k * ((m + 1) * c + b * (m + 1) * m / 2.0) <= local:
+                m += 1
+            done = base + m
+        if done <= 0:
+            return running, self._kv_static + run.seg_c[0]
+        steps0 = self.steps
+        for finish_step, _, _ in run.finishers:
+            if finish_step - steps0 > done:
+                break
+            running -= 1
+        ends = run.end_steps
+        i = bisect.bisect_left(ends, done)
+        if i < len(ends) and ends[i] == done:
+            ctx = run.seg_after[i]
+        else:
+            base = ends[i - 1] if i else 0
+            ctx = run.seg_c[i] + run.seg_b[i] * (done - base)
+        return running, self._kv_static + ctx
 
     def commit_decode_run(self, run: DecodeRun, num_steps: int, start_s: float) -> list[EngineRequest]:
         """Apply the first ``num_steps`` steps of ``run`` (planned at ``start_s``); returns finished requests."""

@@ -249,6 +249,8 @@ class ClusterSimulator:
         self._tenant_group = [group_names.index(t.group) for t in scenario.tenants]
         self.instances: list[SimInstance] = []
         self.now_s = 0.0
+        self.max_run_segments = 8
+        """Completions one closed-form decode run may span (efficiency only: results do not depend on it)."""
         self._heap: list[tuple[float, int, int, Any, int]] = []
         self._seq = 0
         for gi, g in enumerate(scenario.tenant_groups):
@@ -444,10 +446,16 @@ class ClusterSimulator:
         decode: SimInstance | None = None
         hit = 0
         best_load = 1 << 60
+        now_s = self.now_s
         for inst in group.decode:
             e = inst.engine
             h = e.prefix_hit_tokens(hashes, block, input_tokens) if hashes else 0
-            load = len(e._decoding) + len(e._prefilling) + len(e._waiting) + inst.incoming
+            run = inst.run
+            if run is None:
+                running = len(e._decoding) + len(e._prefilling)
+            else:
+                running = e.running_at(run, now_s - inst.run_start_s)
+            load = running + len(e._waiting) + inst.incoming
             if h > hit or (h == hit and load < best_load):
                 decode, hit, best_load = inst, h, load
         if decode is None or input_tokens + output_tokens > decode.engine.config.kv_capacity_tokens:
@@ -462,7 +470,9 @@ class ClusterSimulator:
             if q < queued:
                 prefill, queued = inst, q
         engine = decode.engine
-        pressure = max(engine.kv_usage_frac, engine.num_running / engine.config.max_num_seqs)
+        config = engine.config
+        decode_running, decode_kv = self._view(decode)
+        pressure = max(min(decode_kv / config.kv_capacity_tokens, 1.0), decode_running / config.max_num_seqs)
         live = LiveState(
             prefill_queue_wait_s=None if prefill is None else queued / prefill.prefill_rate_tokens_per_s,
             decode_pressure_frac=pressure,
@@ -488,6 +498,18 @@ class ClusterSimulator:
 
     # ------------------------------------------------------------------------------------------------ instances
 
+    def _view(self, inst: SimInstance) -> tuple[int, int]:
+        """``(running requests, KV tokens used)`` of an instance as an observer sees them now.
+
+        In the middle of a closed-form decode run the engine's counters are those of the run's start; the view
+        accounts for the steps completed by now, so what the router sees does not depend on how runs are planned.
+        """
+        engine = inst.engine
+        run = inst.run
+        if run is None:
+            return len(engine._decoding) + len(engine._prefilling), engine.kv_used_tokens
+        return engine.run_view(run, self.now_s - inst.run_start_s)
+
     def _kick(self, inst: SimInstance) -> None:
         if not inst.busy:
             self._start_next(inst)
@@ -502,7 +524,7 @@ class ClusterSimulator:
 
     def _start_next(self, inst: SimInstance) -> None:
         engine = inst.engine
-        run = engine.plan_decode_run(self.now_s)
+        run = engine.plan_decode_run(self.now_s, max_segments=self.max_run_segments)
         inst.version += 1
         if run is not None:
             inst.run = run
@@ -923,8 +945,16 @@ class ClusterSimulator:
             out["prefill_kv_usage_frac"] = float(np.mean([p.engine.kv_usage_frac for p in prefill]))
             out["prefill_queue_requests"] = float(sum(p.engine.num_waiting for p in prefill))
         if decode:
-            out["decode_active_seqs"] = float(np.mean([d.engine.num_running for d in decode]))
-            out["decode_kv_usage_frac"] = float(np.mean([d.engine.kv_usage_frac for d in decode]))
+            views = [self._view(d) for d in decode]
+            out["decode_active_seqs"] = float(np.mean([running for running, _ in views]))
+            out["decode_kv_usage_frac"] = float(
+                np.mean(
+                    [
+                        min(kv / d.engine.config.kv_capacity_tokens, 1.0)
+                        for (_, kv), d in zip(views, decode, strict=True)
+                    ]
+                )
+            )
             out["decode_queue_requests"] = float(sum(d.engine.num_waiting + d.incoming for d in decode))
         if log:
             times = [elapsed for _, elapsed, failed in log if not failed]

@@ -307,3 +307,29 @@ def test_kv_capacity_from_memory_weights_and_kv_bytes() -> None:
     assert kv_capacity_tokens(p, 2, 0.9, 4e9) > 2 * expected
     sim = simulator(scenario(1, 1), {"t": columns([0.0], 100, 5)})
     assert sim.instances[0].engine.config.kv_capacity_tokens == expected
+
+
+@pytest.mark.parametrize("segments", [1, 64])
+def test_results_do_not_depend_on_how_runs_are_planned(segments: int) -> None:
+    from policies.schema import RoutingThresholds
+
+    cols = random_columns(np.random.default_rng(10), 1500, 120.0, max_input=3000, max_output=400)
+    thresholds = RoutingThresholds(min_remote_input_tokens=1500, max_local_input_tokens=700)
+    runs = []
+    for max_segments in (8, segments):
+        sim = simulator(
+            scenario(2, 2, cluster={"max_num_seqs": 48, "kv_capacity_tokens": 60_000}), {"t": cols}, thresholds
+        )
+        sim.max_run_segments = max_segments
+        t = 0.0
+        pressures = []
+        while sim.num_finished + sim.num_failed < 1500:
+            t += 0.5
+            sim.run_until(t)
+            pressures.append(sim.snapshot().groups["g"].decode_kv_usage_frac)
+        runs.append((sim, pressures))
+    (a, pa), (b, pb) = runs
+    assert [r.reason for r in a.requests] == [r.reason for r in b.requests]  # type: ignore[union-attr]
+    assert [r.finished_s for r in a.requests] == pytest.approx([r.finished_s for r in b.requests], abs=1e-9)  # type: ignore[union-attr]
+    assert pa == pytest.approx(pb, abs=1e-12)
+    assert sum(i.engine.counters.num_preemptions for i in a.instances) > 0  # the run exercised KV pressure
