@@ -193,3 +193,32 @@ async def test_client_disconnect_aborts_the_decode_request(tmp_path: Path) -> No
         assert c.router.registry.instances["d0"].in_flight == 0
         await asyncio.sleep(0.1)
         assert c.records()[-1]["status"] == 499
+
+
+async def test_retry_remote_prefill_tries_another_prefill_instance(tmp_path: Path) -> None:
+    policy = REMOTE_POLICY + "fallback: {on_kv_transfer_timeout: retry_remote_prefill}\n"
+    async with emulator_process(
+        ["--prefill", "1", "--decode", "0", "--id-offset", "7", "--crash-after-requests", "1"]
+    ) as (
+        proc,
+        urls,
+    ):
+        extra = [{"id": "p7", "url": urls["p7"], "role": "prefill"}]
+        overrides = {"health": {"interval_s": 60}}
+        async with live_cluster(
+            tmp_path, 1, 1, policy_yaml=policy, extra_instances=extra, router_overrides=overrides
+        ) as c:
+            p0 = c.router.registry.instances["p0"]
+            c.router.registry.acquire(p0, 1)  # p7 is now the least-loaded prefill instance: it is tried first
+            rid = "retry"
+            result = await stream_request(
+                c.session, c.url, {"prompt": prompt_text(2500, salt=rid), "max_tokens": 4}, {"X-Request-Id": rid}
+            )
+            c.router.registry.release(p0, 1)
+            assert result.done
+            assert result.errors == []
+            assert result.text == _text(rid, 4)
+            rec = c.records()[0]
+            assert (rec["route"], rec["prefill_instance"]) == ("remote_prefill", "p0")
+            assert rec["fallback"] == "prefill_error,prefill_retry"
+        assert await proc.wait() == 70
