@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -160,10 +159,6 @@ async def test_crash_after_requests_stops_answering(session: aiohttp.ClientSessi
                 await resp.read()
     finally:
         await host.stop()
-
-
-def test_chunk_json_is_compact() -> None:
-    assert json.dumps({"a": 1}, separators=(",", ":")) == '{"a":1}'
 
 
 async def test_slow_instance_takes_slow_factor_longer(session: aiohttp.ClientSession) -> None:
