@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,9 +48,10 @@ from env.perf.model import InterpolatedExecutionTimeModel, StepOverheads
 from env.perf.profile import OperatorProfile
 from env.scenario import Scenario
 from env.sim.engine import EngineConfig, EngineRequest, InstanceEngine
-from env.sim.records import STAGES, SimRequest
+from env.sim.records import SimRequest
 from env.sim.telemetry import BUCKETS_NIXL_BYTES, BUCKETS_NIXL_XFER_S, Histogram
 from env.sim.transfer import Link, Transfer
+from env.sim.windows import group_window, instance_metrics, stage_records, tenant_window
 from env.workloads.columns import RequestColumns
 from policies.routing import decide_route
 from policies.schema import (
@@ -275,7 +276,7 @@ class ClusterSimulator:
         self._window_marks_finished = [0] * len(self.tenant_names)
         self._window_marks_arrived = [0] * len(self.tenant_names)
         self._window_marks_transfers = [0] * len(self.groups)
-        self._window_counters: dict[int, tuple[int, int]] = {}
+        self.window_counters: dict[int, tuple[int, int]] = {}
         self.transfer_bytes = 0.0
         self.transfer_failures = 0
         self.num_transfers = 0
@@ -471,7 +472,7 @@ class ClusterSimulator:
                 prefill, queued = inst, q
         engine = decode.engine
         config = engine.config
-        decode_running, decode_kv = self._view(decode)
+        decode_running, decode_kv = self.view(decode)
         pressure = max(min(decode_kv / config.kv_capacity_tokens, 1.0), decode_running / config.max_num_seqs)
         live = LiveState(
             prefill_queue_wait_s=None if prefill is None else queued / prefill.prefill_rate_tokens_per_s,
@@ -498,7 +499,7 @@ class ClusterSimulator:
 
     # ------------------------------------------------------------------------------------------------ instances
 
-    def _view(self, inst: SimInstance) -> tuple[int, int]:
+    def view(self, inst: SimInstance) -> tuple[int, int]:
         """``(running requests, KV tokens used)`` of an instance as an observer sees them now.
 
         In the middle of a closed-form decode run the engine's counters are those of the run's start; the view
@@ -883,6 +884,14 @@ class ClusterSimulator:
                 out[key] += 1
         return out
 
+    def instance_metrics(self) -> dict[str, dict[str, Any]]:
+        """Per instance: vLLM-named counters, gauges and histograms (see :func:`env.sim.windows.instance_metrics`)."""
+        return instance_metrics(self)
+
+    def stage_records(self) -> dict[str, np.ndarray]:
+        """Columns of every finished request (see :func:`env.sim.windows.stage_records`)."""
+        return stage_records(self)
+
     def snapshot(self) -> MetricWindow:
         """Statistics since the previous snapshot (or the start), as the shared metric-window type."""
         now = self.now_s
@@ -893,119 +902,11 @@ class ClusterSimulator:
             finished = self.finished[ti][self._window_marks_finished[ti] :]
             self._window_marks_arrived[ti] = len(self.arrived[ti])
             self._window_marks_finished[ti] = len(self.finished[ti])
-            tenants[name] = self._tenant_window(ti, arrived, finished, window)
+            tenants[name] = tenant_window(self, ti, arrived, finished, window)
         groups: dict[str, GroupWindow] = {}
         for gi, group in enumerate(self.groups):
             log = group.transfer_log[self._window_marks_transfers[gi] :]
             self._window_marks_transfers[gi] = len(group.transfer_log)
-            groups[group.name] = self._group_window(gi, log)
+            groups[group.name] = group_window(self, gi, log)
         self._window_start_s = now
         return MetricWindow(end_s=now, window_s=window, tenants=tenants, groups=groups)
-
-    def _tenant_window(
-        self, tenant: int, arrived: Sequence[SimRequest], finished: Sequence[SimRequest], window_s: float
-    ) -> TenantWindow:
-        if not arrived and not finished:
-            return TenantWindow(request_rate_rps=0.0)
-        out: dict[str, float | None] = {"request_rate_rps": len(arrived) / window_s}
-        if arrived:
-            inputs = np.array([r.input_tokens for r in arrived], dtype=np.float64)
-            out["mean_input_tokens"] = float(inputs.mean())
-            out["p95_input_tokens"] = float(np.quantile(inputs, 0.95))
-            out["mean_output_tokens"] = float(np.mean([r.output_tokens for r in arrived]))
-            routed = [r for r in arrived if r.status != SimRequest.FAILED]
-            if routed:
-                out["remote_prefill_frac"] = sum(1 for r in routed if r.remote) / len(routed)
-            out["failed_rate_rps"] = sum(1 for r in arrived if r.status == SimRequest.FAILED) / window_s
-        if finished:
-            ttft = np.array([r.ttft_s for r in finished])
-            tpot = np.array([r.tpot_s for r in finished])
-            q = np.quantile(ttft, [0.5, 0.95, 0.99])
-            out["ttft_p50_s"], out["ttft_p95_s"], out["ttft_p99_s"] = float(q[0]), float(q[1]), float(q[2])
-            multi = tpot[np.array([r.output_tokens > 1 for r in finished])]
-            if multi.size:
-                q = np.quantile(multi, [0.5, 0.95, 0.99])
-                out["tpot_p50_s"], out["tpot_p95_s"], out["tpot_p99_s"] = float(q[0]), float(q[1]), float(q[2])
-            met = (ttft <= self.slo_ttft_s[tenant]) & (tpot <= self.slo_tpot_s[tenant])
-            out["slo_attainment_frac"] = float(met.mean())
-            out["goodput_rps"] = float(met.sum()) / window_s
-        return TenantWindow(**out)
-
-    def _group_window(self, group_index: int, log: Sequence[tuple[float, float, bool]]) -> GroupWindow:
-        group = self.groups[group_index]
-        counts = self.pool_counts(group_index)
-        prefill, decode = group.prefill, group.decode
-        out: dict[str, float | None] = {}
-        if prefill:
-            queued = [p.engine.queued_prefill_tokens for p in prefill]
-            out["prefill_queued_tokens"] = float(sum(queued))
-            out["prefill_queue_wait_s"] = float(
-                np.mean([q / p.prefill_rate_tokens_per_s for q, p in zip(queued, prefill, strict=True)])
-            )
-            out["prefill_kv_usage_frac"] = float(np.mean([p.engine.kv_usage_frac for p in prefill]))
-            out["prefill_queue_requests"] = float(sum(p.engine.num_waiting for p in prefill))
-        if decode:
-            views = [self._view(d) for d in decode]
-            out["decode_active_seqs"] = float(np.mean([running for running, _ in views]))
-            out["decode_kv_usage_frac"] = float(
-                np.mean(
-                    [
-                        min(kv / d.engine.config.kv_capacity_tokens, 1.0)
-                        for (_, kv), d in zip(views, decode, strict=True)
-                    ]
-                )
-            )
-            out["decode_queue_requests"] = float(sum(d.engine.num_waiting + d.incoming for d in decode))
-        if log:
-            times = [elapsed for _, elapsed, failed in log if not failed]
-            if times:
-                out["kv_transfer_time_p95_s"] = float(np.quantile(times, 0.95))
-            out["kv_transfer_failure_frac"] = sum(1 for _, _, failed in log if failed) / len(log)
-        queries = hits = 0
-        for inst in group.instances:
-            c = inst.engine.counters
-            before = self._window_counters.get(id(c), (0, 0))
-            queries += c.prefix_cache_queries - before[0]
-            hits += c.prefix_cache_hits - before[1]
-            self._window_counters[id(c)] = (c.prefix_cache_queries, c.prefix_cache_hits)
-        if queries > 0:
-            out["prefix_cache_hit_frac"] = hits / queries
-        return GroupWindow(
-            num_prefill=counts["prefill"],
-            num_decode=counts["decode"],
-            pending_prefill=counts["pending_prefill"],
-            pending_decode=counts["pending_decode"],
-            **out,
-        )
-
-    def instance_metrics(self) -> dict[str, dict[str, Any]]:
-        """Per instance: vLLM-named counters, gauges and histograms (per-request ones from the records)."""
-        out: dict[str, dict[str, Any]] = {}
-        for inst in self.instances:
-            engine = inst.engine
-            metrics: dict[str, Any] = dict(engine.counters.as_metrics())
-            metrics["vllm:num_requests_running"] = float(engine.num_running)
-            metrics["vllm:num_requests_waiting"] = float(engine.num_waiting)
-            metrics["vllm:kv_cache_usage_perc"] = engine.kv_usage_frac
-            out[f"{inst.role}-{inst.index}"] = metrics
-        out["cluster"] = {
-            "vllm:nixl_xfer_time_seconds": self.xfer_time_hist,
-            "vllm:nixl_bytes_transferred": self.xfer_bytes_hist,
-            "vllm:nixl_num_failed_transfers_total": float(self.transfer_failures),
-        }
-        return out
-
-    def stage_records(self) -> dict[str, np.ndarray]:
-        """Columns of every finished request: tenant index, route (1 = remote), TTFT, TPOT and the stages."""
-        finished = [r for per in self.finished for r in per]
-        finished.sort(key=lambda r: r.index)
-        columns: dict[str, list[float]] = {s: [] for s in STAGES}
-        for r in finished:
-            for key, value in r.stages().items():
-                columns[key].append(value)
-        out = {key: np.asarray(values, dtype=np.float64) for key, values in columns.items()}
-        out["tenant"] = np.asarray([r.tenant for r in finished], dtype=np.int64)
-        out["remote"] = np.asarray([r.remote for r in finished], dtype=np.int64)
-        out["ttft_s"] = np.asarray([r.ttft_s for r in finished], dtype=np.float64)
-        out["tpot_s"] = np.asarray([r.tpot_s for r in finished], dtype=np.float64)
-        return out
