@@ -31,6 +31,12 @@ flip to the other (drain, then ``role_switch_delay_s``), missing ones start (``s
 budget, extra ones drain and stop. Draining instances take no new requests and finish what they hold (no
 request is dropped); pending counts are in the snapshot.
 
+**Observed state.** Inside a closed-form decode run the engine's own counters are those of the run's start;
+:meth:`ClusterSimulator.view` gives the state at the last completed step boundary, and the router and the
+snapshots read that, so results do not depend on how runs are planned (``max_run_segments`` is an efficiency
+knob only; a test checks equality across settings). While a general step executes, its effects are visible
+from its start (vLLM publishes them at its end: at most one step early).
+
 A request whose prompt plus output cannot fit an instance's KV cache is rejected at arrival (failed).
 """
 
