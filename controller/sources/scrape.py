@@ -1,7 +1,7 @@
 """The built-in scraper: reads ``/metrics`` of the router and every instance, diffs counters between scrapes.
 
-Each tick scrapes all endpoints concurrently, parses them with prometheus_client's text parser (by metric
-and label name), labels instance series with the instance id, and answers window queries by diffing the
+Each tick scrapes all endpoints concurrently, keeps only the samples the window queries read, parses them
+(by metric and label name), labels instance series with the instance id, and answers window queries by diffing the
 newest scrape against the oldest one still inside the window — the same aggregates Prometheus would return
 (counter resets count from zero; a series that appears while its endpoint was already answering counts
 from zero, one whose endpoint was not read at the window start has no increase yet; quantiles from bucket
@@ -12,10 +12,12 @@ An endpoint that fails contributes no series (unknown); when every endpoint fail
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
+import re
 from collections import defaultdict, deque
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from controller.sources.base import Query, Readout, Row, SourceUnavailableError, Topology
 from controller.sources.quantile import histogram_quantile
 
-__all__ = ["ScrapeReader", "Snapshot", "parse_exposition"]
+__all__ = ["ScrapeReader", "Snapshot", "parse_exposition", "wanted_samples"]
 
 LabelKey = frozenset[tuple[str, str]]
 Samples = dict[str, dict[LabelKey, float]]
@@ -39,15 +41,76 @@ class Snapshot:
     """Endpoints (instance ids; ``""`` for the router) that answered this scrape."""
 
 
-def parse_exposition(text: str, extra_labels: Mapping[str, str], into: Samples) -> None:
-    """Add the samples of one ``/metrics`` text to ``into``, each labelled with ``extra_labels`` too."""
+_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?[ \t]+(\S+)(?:[ \t]+-?[0-9]+)?[ \t]*")
+_PAIR = r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*'
+_LABEL = re.compile(_PAIR)
+_LABEL_SET = re.compile(rf"(?:{_PAIR},)*(?:{_PAIR})?,?[ \t]*")
+_ESCAPE = re.compile(r"\\(.)")
+
+
+def _unescape(value: str) -> str:
+    return _ESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), value)
+
+
+def _labels(inner: str | None) -> list[tuple[str, str]] | None:
+    """Label pairs of a sample line, ``None`` if the fast path cannot read them."""
+    if not inner:
+        return []
+    if _LABEL_SET.fullmatch(inner) is None:
+        return None
+    pairs: list[tuple[str, str]] = _LABEL.findall(inner)
+    if "\\" in inner:
+        pairs = [(name, _unescape(value)) for name, value in pairs]
+    return pairs
+
+
+def _sample_name(line: str) -> str:
+    brace, space = line.find("{"), line.find(" ")
+    if brace >= 0 and (space < 0 or brace < space):
+        return line[:brace]
+    return line[:space] if space >= 0 else line.split("\t", 1)[0]
+
+
+@functools.lru_cache(maxsize=16)
+def _line_filter(wanted: frozenset[str]) -> re.Pattern[str]:
+    """One regex finding the sample lines of the wanted names (the scan runs in C, not per line in Python)."""
+    names = "|".join(re.escape(name) for name in sorted(wanted, key=len, reverse=True))
+    return re.compile(rf"^(?:{names})(?=[{{ \t])[^\n]*", re.MULTILINE)
+
+
+def parse_exposition(
+    text: str, extra_labels: Mapping[str, str], into: Samples, wanted: frozenset[str] | None = None
+) -> None:
+    """Add the samples of one ``/metrics`` text to ``into``, each labelled with ``extra_labels`` too.
+
+    Only samples named in ``wanted`` are kept (all when ``None``); ``_created`` series are skipped. Sample
+    lines are read by a fast path for the text format; a line it cannot read is handed to prometheus_client's
+    parser (which the tests use as the reference for the fast path on real expositions).
+    """
     extra = tuple(extra_labels.items())
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name.endswith("_created"):
-                continue
-            key: LabelKey = frozenset((*sample.labels.items(), *extra))
-            into.setdefault(sample.name, {})[key] = float(sample.value)
+    lines: Iterable[str]
+    if wanted is None:
+        lines = (line for line in text.splitlines() if line and line[0] != "#")
+    else:
+        lines = _line_filter(wanted).findall(text)
+    for line in lines:
+        name = _sample_name(line)
+        if (wanted is not None and name not in wanted) or name.endswith("_created"):
+            continue
+        match = _SAMPLE.fullmatch(line)
+        pairs = _labels(match.group(2)) if match is not None else None
+        if match is None or pairs is None:
+            for family in text_string_to_metric_families(line + "\n"):
+                for sample in family.samples:
+                    key: LabelKey = frozenset((*sample.labels.items(), *extra))
+                    into.setdefault(sample.name, {})[key] = float(sample.value)
+            continue
+        into.setdefault(name, {})[frozenset((*pairs, *extra))] = float(match.group(3))
+
+
+def wanted_samples(queries: Sequence[Query]) -> frozenset[str]:
+    """Sample names the queries read (histogram queries read ``_bucket``)."""
+    return frozenset(q.metric + "_bucket" if q.kind in ("buckets", "quantile") else q.metric for q in queries)
 
 
 def _project(key: LabelKey, by: Sequence[str]) -> tuple[tuple[str, str], ...] | None:
@@ -55,6 +118,16 @@ def _project(key: LabelKey, by: Sequence[str]) -> tuple[tuple[str, str], ...] | 
     if any(name not in labels for name in by):
         return None
     return tuple((name, labels[name]) for name in by)
+
+
+@dataclass(slots=True)
+class _Memo:
+    """Per-evaluation caches: counter increases by sample name, grouped sums by (gauge, name, labels)."""
+
+    increases: dict[str, dict[LabelKey, float]] = field(default_factory=dict)
+    sums: dict[tuple[bool, str, tuple[str, ...]], dict[tuple[tuple[str, str], ...], float]] = field(
+        default_factory=dict
+    )
 
 
 class ScrapeReader:
@@ -92,8 +165,8 @@ class ScrapeReader:
         except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
             return None
 
-    async def scrape(self, topology: Topology, now_s: float) -> Snapshot:
-        """Scrape every endpoint once and remember the result.
+    async def scrape(self, topology: Topology, now_s: float, wanted: frozenset[str] | None = None) -> Snapshot:
+        """Scrape every endpoint once and remember the result (only the ``wanted`` samples, if given).
 
         Raises:
             SourceUnavailableError: no endpoint answered.
@@ -107,10 +180,13 @@ class ScrapeReader:
         for (_, labels), text in zip(targets, texts, strict=True):
             if text is None:
                 continue
+            endpoint: Samples = {}
             try:
-                parse_exposition(text, labels, samples)
-            except ValueError:
+                parse_exposition(text, labels, endpoint, wanted)
+            except ValueError:  # a malformed exposition makes the endpoint unreadable, as in Prometheus
                 continue
+            for name, series in endpoint.items():
+                samples.setdefault(name, {}).update(series)
             answered.add(labels.get(self.instance_label, ""))
         if not answered:
             raise SourceUnavailableError(f"none of {len(targets)} /metrics endpoints answered")
@@ -135,7 +211,7 @@ class ScrapeReader:
 
     async def fetch(self, queries: Sequence[Query], topology: Topology, now_s: float) -> Readout:
         """Scrape, then answer ``queries`` from the newest scrape and the oldest one inside the window."""
-        await self.scrape(topology, now_s)
+        await self.scrape(topology, now_s, wanted_samples(queries))
         return self.evaluate(queries)
 
     def evaluate(self, queries: Sequence[Query]) -> Readout:
@@ -143,7 +219,8 @@ class ScrapeReader:
         if not self._history:
             raise SourceUnavailableError("nothing scraped yet")
         newest, base = self._history[-1], self._base()
-        results = {query: self._answer(query, newest, base) for query in queries}
+        memo = _Memo()
+        results = {query: self._answer(query, newest, base, memo) for query in queries}
         window_s = newest.time_s - base.time_s if base is not None else self.window_s
         return Readout(results, window_s, newest.time_s)
 
@@ -164,19 +241,30 @@ class ScrapeReader:
             out[key] = value - previous if value >= previous else value
         return out
 
-    def _answer(self, query: Query, newest: Snapshot, base: Snapshot | None) -> list[Row]:
-        if query.kind == "gauge":
-            series = newest.samples.get(query.metric, {})
-        elif query.kind == "increase":
-            series = self._increase(query.metric, newest, base)
-        else:
-            series = self._increase(query.metric + "_bucket", newest, base)
+    def _sums(
+        self, query: Query, newest: Snapshot, base: Snapshot | None, memo: _Memo
+    ) -> dict[tuple[tuple[str, str], ...], float]:
+        gauge = query.kind == "gauge"
+        name = query.metric if query.kind in ("gauge", "increase") else query.metric + "_bucket"
         by = (*query.by, "le") if query.kind in ("buckets", "quantile") else query.by
+        memo_key = (gauge, name, by)
+        cached = memo.sums.get(memo_key)
+        if cached is not None:
+            return cached
+        if gauge:
+            series = newest.samples.get(name, {})
+        else:
+            series = memo.increases.get(name) or memo.increases.setdefault(name, self._increase(name, newest, base))
         sums: dict[tuple[tuple[str, str], ...], float] = defaultdict(float)
         for key, value in series.items():
             projected = _project(key, by)
             if projected is not None:
                 sums[projected] += value
+        memo.sums[memo_key] = sums
+        return sums
+
+    def _answer(self, query: Query, newest: Snapshot, base: Snapshot | None, memo: _Memo) -> list[Row]:
+        sums = self._sums(query, newest, base, memo)
         if query.kind != "quantile":
             return [(dict(labels), value) for labels, value in sums.items()]
         histograms: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = defaultdict(list)

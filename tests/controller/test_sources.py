@@ -233,3 +233,48 @@ async def test_scraper_over_http_and_stale_when_everything_is_down(metrics_serve
     assert stale.window.staleness_s == 42.0
     assert stale.window.tenants == {}
     assert (stale.window.groups["g"].num_prefill, stale.window.groups["g"].decode_kv_usage_frac) == (1, None)
+
+
+def reference_parse(text: str, extra: dict[str, str]) -> dict[str, dict[frozenset[tuple[str, str]], float]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, dict[frozenset[tuple[str, str]], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not sample.name.endswith("_created"):
+                out.setdefault(sample.name, {})[frozenset((*sample.labels.items(), *extra.items()))] = sample.value
+    return out
+
+
+def test_fast_parser_equals_prometheus_client_on_real_expositions() -> None:
+    from env.emulator.metrics import VllmMetrics
+    from router.telemetry import RequestRecord, RouterMetrics
+
+    registry = CollectorRegistry()
+    vllm = VllmMetrics(registry, "meta-llama/Llama-3.1-8B-Instruct", 32768, 16, 27000)
+    vllm.time_to_first_token.observe(0.3)
+    vllm.kv_cache_usage_perc.set(0.42)
+    router_registry = CollectorRegistry()
+    router = RouterMetrics(router_registry)
+    for tenant in ("chat", 'we"ird\\tenant\nname', "rag"):
+        router.record(
+            RequestRecord("r", 0.0, tenant, "remote_prefill", "long_prompt", True, 3000, 100, ttft_s=0.2, tpot_s=0.01)
+        )
+    for text in (generate_latest(registry).decode(), generate_latest(router_registry).decode()):
+        mine: dict[str, dict[frozenset[tuple[str, str]], float]] = {}
+        parse_exposition(text, {"instance_id": "x"}, mine)
+        reference = reference_parse(text, {"instance_id": "x"})
+        assert mine.keys() == reference.keys()
+        for name, series in reference.items():
+            assert mine[name].keys() == series.keys(), name
+            for key, value in series.items():
+                assert mine[name][key] == value or (math.isnan(value) and math.isnan(mine[name][key]))
+    wanted = frozenset({"pdctl_router_requests_total", "vllm:kv_cache_usage_perc"})
+    only: dict[str, dict[frozenset[tuple[str, str]], float]] = {}
+    parse_exposition(generate_latest(router_registry).decode(), {}, only, wanted)
+    assert set(only) == {"pdctl_router_requests_total"}
+
+
+def test_malformed_exposition_is_refused_whole() -> None:
+    with pytest.raises(ValueError, match="Invalid labels"):
+        parse_exposition('m{a="1",garbage,b="2"} 3\n', {}, {})
