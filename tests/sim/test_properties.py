@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from env.sim.simulator import InstanceState
-from policies.schema import ControlAction, PoolTargets, RoutingThresholds
+from policies.schema import ControlAction, FallbackAction, PoolTargets, RoutingThresholds
 from tests.sim.helpers import random_columns, scenario, simulator
 
 thresholds_strategy = st.builds(
@@ -17,6 +17,7 @@ thresholds_strategy = st.builds(
     max_local_input_tokens=st.integers(0, 1024),
     require_decode_pool_pressure=st.booleans(),
     decode_pressure_threshold_frac=st.floats(0.0, 1.0),
+    on_kv_transfer_timeout=st.sampled_from(list(FallbackAction)),
 )
 
 
