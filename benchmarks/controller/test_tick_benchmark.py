@@ -182,6 +182,7 @@ async def test_tick_cpu_with_50_tenants_and_64_instances(tmp_path: Path) -> None
     assert sum(g.num_prefill + g.num_decode for g in window.groups.values()) == 64
     median_ms, worst_ms = statistics.median(cpu_s) * 1e3, max(cpu_s) * 1e3
     wall_median_ms = statistics.median(wall_s) * 1e3
+    verdict = "met" if median_ms < BUDGET_S * 1e3 else "missed"
     lines = [
         "# Controller tick benchmark",
         "",
@@ -200,7 +201,7 @@ async def test_tick_cpu_with_50_tenants_and_64_instances(tmp_path: Path) -> None
         "|---|---|---|---|---|",
         f"| {len(cpu_s)} | {median_ms:.1f} | {worst_ms:.1f} | {wall_median_ms:.1f} | {BUDGET_S * 1e3:.0f} |",
         "",
-        f"Budget (median CPU per tick < {BUDGET_S * 1e3:.0f} ms): **{'met' if median_ms < BUDGET_S * 1e3 else 'missed'}**.",
+        f"Budget (median CPU per tick < {BUDGET_S * 1e3:.0f} ms): **{verdict}**.",
         "",
         "The worst tick is the one during which Python runs a full (generation-2) garbage collection; in this",
         "benchmark the process also holds the synthetic cluster (65 metric registries and 12 rounds of pre-rendered",
