@@ -178,3 +178,16 @@ def test_cli_prints_schema_and_refuses_bad_config(tmp_path: Path) -> None:
     assert result.exit_code == 2
     missing = runner.invoke(app, ["controller"])
     assert missing.exit_code == 2
+
+
+def test_shipped_example_config_is_valid() -> None:
+    example = Path(__file__).resolve().parents[2] / "controller" / "examples" / "controller.yaml"
+    config = load_config(example)
+    assert config.mode == "advisory"
+    assert [a.kind for a in config.actuators] == ["router", "kubernetes"]
+    # Outside a pod there is no service-account token: refused with the file named.
+    with pytest.raises(RuntimeConfigError, match="cannot read token_file /var/run/secrets"):
+        build_runtime(config, 1, 0.0)
+    runtime = build_runtime(config.model_copy(update={"actuators": config.actuators[:1]}), 1, 0.0)
+    assert runtime.policy.policy_id == "baseline:queue_kv"
+    assert {i.group for i in runtime.topology.instances} == {"interactive"}

@@ -199,3 +199,7 @@ async def test_sighup_with_a_bad_config_keeps_the_old_one(tmp_path: Path) -> Non
         await asyncio.sleep(2 * INTERVAL_S)
         assert stack.audit()[-1]["mode"] == "advisory"
         assert stack.audit()[-1]["generation"] == 2
+    # SIGTERM (sent when the stack closes) stops the daemon gracefully.
+    assert stack.controller.proc is not None
+    assert stack.controller.proc.returncode == 0
+    assert "controller stopped" in stack.controller.log_text()
