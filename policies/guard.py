@@ -19,7 +19,8 @@ stale or missing data):
 7. cooldown: no change within ``cooldown_s`` of the last applied change;
 8. hysteresis: the same direction must be asked for ``hysteresis_ticks`` ticks in a row.
 
-Per tenant: thresholds for unknown tenants are dropped; on stale data thresholds are held.
+Per tenant: thresholds for unknown tenants are dropped; on stale data thresholds are held; a tenant's
+thresholds change at most once per ``cooldown_s``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class ClampReason(enum.StrEnum):
     COOLDOWN = "cooldown"
     HYSTERESIS = "hysteresis"
     STALE_HOLD_THRESHOLDS = "stale_hold_thresholds"
+    THRESHOLD_COOLDOWN = "threshold_cooldown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,8 @@ class GuardState:
     """Guard memory of all tenant groups (immutable; :meth:`SafetyGuard.apply` returns the next one)."""
 
     groups: Mapping[str, GroupGuardState] = field(default_factory=dict)
+    tenants: Mapping[str, float] = field(default_factory=dict)
+    """When each tenant's thresholds last changed (``context.now_s``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,9 +251,10 @@ class SafetyGuard:
         for name in groups.keys() - action.pools.keys():
             if name in next_states:
                 next_states[name] = replace(next_states[name], streak_direction=(0, 0), streak_ticks=0)
-        thresholds = self._thresholds(action.thresholds, context, stale, clamps)
+        tenant_changes = dict(state.tenants)
+        thresholds = self._thresholds(action.thresholds, context, stale, clamps, tenant_changes)
         guarded = ControlAction(thresholds=thresholds, pools=pools, reason=action.reason, policy_id=action.policy_id)
-        return GuardResult(guarded, tuple(clamps), GuardState(next_states))
+        return GuardResult(guarded, tuple(clamps), GuardState(next_states, tenant_changes))
 
     @staticmethod
     def _pending(window: MetricWindow, group: str) -> bool:
@@ -286,9 +291,13 @@ class SafetyGuard:
             return PoolTargets(work.prefill, work.decode), GroupGuardState(now_s, (0, 0), 0)
         return current, memory
 
-    @staticmethod
     def _thresholds(
-        requested: Mapping[str, RoutingThresholds], context: PolicyContext, stale: bool, clamps: list[Clamp]
+        self,
+        requested: Mapping[str, RoutingThresholds],
+        context: PolicyContext,
+        stale: bool,
+        clamps: list[Clamp],
+        changes: dict[str, float],
     ) -> dict[str, RoutingThresholds]:
         known = {t.name for t in context.tenants}
         out: dict[str, RoutingThresholds] = {}
@@ -297,8 +306,15 @@ class SafetyGuard:
                 clamps.append(Clamp("tenant", tenant, ClampReason.UNKNOWN_TENANT, "not in the policy"))
                 continue
             current = context.current_thresholds.get(tenant)
-            if stale and current is not None and thresholds != current:
-                clamps.append(Clamp("tenant", tenant, ClampReason.STALE_HOLD_THRESHOLDS, "window is stale"))
-                continue
+            if current is not None and thresholds != current:
+                if stale:
+                    clamps.append(Clamp("tenant", tenant, ClampReason.STALE_HOLD_THRESHOLDS, "window is stale"))
+                    continue
+                last_s = changes.get(tenant)
+                if last_s is not None and context.now_s - last_s < self.limits.cooldown_s:
+                    left_s = self.limits.cooldown_s - (context.now_s - last_s)
+                    clamps.append(Clamp("tenant", tenant, ClampReason.THRESHOLD_COOLDOWN, f"{left_s:.1f} s left"))
+                    continue
+                changes[tenant] = context.now_s
             out[tenant] = thresholds
         return out

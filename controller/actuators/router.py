@@ -78,7 +78,13 @@ class RouterActuator:
             role = str(state.get("role", info.role))
             pending = state.get("pending_role")
             instances.append(replace(info, role=role, pending_role=str(pending) if pending else None))
-        return Topology.from_instances(instances, list(topology.pools))
+        # Groups with listed instances get their counts from the roles; others keep theirs (e.g. Kubernetes).
+        read = Topology.from_instances(instances)
+        return Topology(
+            instances=read.instances,
+            pools={**topology.pools, **read.pools},
+            pending={**topology.pending, **read.pending},
+        )
 
     async def apply(self, plan: Plan, topology: Topology) -> ActuationResult:
         """Publish the policy document, then the role changes; stop at the first failure."""

@@ -130,14 +130,20 @@ async def test_surge_moves_an_instance_and_lowers_the_threshold_then_cools_down(
     assert [r.outcome.value for r in first.results] == ["applied"]
     assert first.record["guarded"]["summary"] == {"g": "rebalance"}
     assert sample(telemetry, "pdctl_controller_decisions_total", action="rebalance", reason="policy") == 1
-    # The dry-run state now has 2 prefill; the next tick is inside the cooldown.
+    # The dry-run state now has 2 prefill; the next tick is inside the cooldown (pools and thresholds).
     await clock.advance(1.0)
     second = await loop.tick()
     assert second.plan.pools == {}
+    assert second.plan.policy_document is None
     assert "rag:lower_remote_threshold 3072->2304" in second.record["decision"]["reason"]
-    assert len(dry_run(loop).records) == 2
+    assert {c["reason"] for c in second.record["clamps"]} == {"threshold_cooldown"}
+    assert len(dry_run(loop).records) == 1
+    await clock.advance(5.0)
+    third = await loop.tick()
+    assert third.plan.policy_document is not None
+    assert third.record["plan"]["thresholds"]["rag"]["min_remote_input_tokens"] == 2304
     lines = (tmp_path / "audit.jsonl").read_text().splitlines()
-    assert [json.loads(line)["tick"] for line in lines] == [1, 2]
+    assert [json.loads(line)["tick"] for line in lines] == [1, 2, 3]
 
 
 async def test_stale_source_holds_and_reports(tmp_path: Path) -> None:

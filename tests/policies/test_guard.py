@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -176,6 +177,27 @@ def test_stale_window_holds_thresholds() -> None:
     assert [c.reason for c in result.clamps] == [ClampReason.STALE_HOLD_THRESHOLDS]
     fresh = SafetyGuard(LIMITS).apply(action, context(PoolTargets(2, 4)), window(PoolTargets(2, 4)), GuardState())
     assert fresh.action.thresholds == action.thresholds
+
+
+def test_thresholds_change_at_most_once_per_cooldown() -> None:
+    guard = SafetyGuard(GuardLimits(cooldown_s=60.0))
+    lower = ControlAction(thresholds={"a": RoutingThresholds(min_remote_input_tokens=1536)})
+    first = guard.apply(lower, context(PoolTargets(2, 4), now_s=1000.0), window(PoolTargets(2, 4)), GuardState())
+    assert first.action.thresholds == lower.thresholds
+    assert first.state.tenants == {"a": 1000.0}
+    lowered = {"a": RoutingThresholds(min_remote_input_tokens=1536)}
+    again = ControlAction(
+        thresholds={"a": RoutingThresholds(min_remote_input_tokens=1152, max_local_input_tokens=1024)}
+    )
+    ctx = replace(context(PoolTargets(2, 4), now_s=1030.0), current_thresholds=lowered)
+    held = guard.apply(again, ctx, window(PoolTargets(2, 4)), first.state)
+    assert held.action.thresholds == {}
+    assert [c.reason for c in held.clamps] == [ClampReason.THRESHOLD_COOLDOWN]
+    # Asking for what is already in force is not a change and passes.
+    same = guard.apply(ControlAction(thresholds=lowered), ctx, window(PoolTargets(2, 4)), first.state)
+    assert same.action.thresholds == lowered
+    later = replace(ctx, now_s=1061.0)
+    assert guard.apply(again, later, window(PoolTargets(2, 4)), first.state).action.thresholds == again.thresholds
 
 
 pools = st.builds(PoolTargets, st.integers(0, 12), st.integers(0, 12))
