@@ -106,7 +106,10 @@ class Stack:
         await wait_until(seen, timeout_s, what=f"fresh data for {tenant}")
 
 
-def controller_config(tmp_path: Path, cluster: LiveCluster, prometheus_url: str, **overrides: Any) -> dict[str, Any]:
+def controller_config(
+    tmp_path: Path, cluster: LiveCluster, prometheus_url: str, source_kind: str = "prometheus", **overrides: Any
+) -> dict[str, Any]:
+    """Controller config for the stack; ``source_kind="scrape"`` uses the built-in scraper instead of Prometheus."""
     policy_path = tmp_path / "controller-policy.yaml"
     policy_path.write_text(POLICY)
     (tmp_path / "overrides").mkdir(exist_ok=True)
@@ -117,7 +120,11 @@ def controller_config(tmp_path: Path, cluster: LiveCluster, prometheus_url: str,
         "policy_file": str(policy_path),
         "override_dir": str(tmp_path / "overrides"),
         "audit_log": str(tmp_path / "audit.jsonl"),
-        "source": {"kind": "prometheus", "url": prometheus_url, "window_s": 5.0, "timeout_s": 2.0},
+        "source": (
+            {"kind": "prometheus", "url": prometheus_url, "window_s": 5.0, "timeout_s": 2.0}
+            if source_kind == "prometheus"
+            else {"kind": "scrape", "router_metrics_url": f"{cluster.url}/metrics", "window_s": 5.0, "timeout_s": 2.0}
+        ),
         "instances": [
             {"id": iid, "group": "interactive", "role": "prefill" if iid.startswith("p") else "decode", "url": url}
             for iid, url in cluster.host.urls.items()
@@ -130,11 +137,11 @@ def controller_config(tmp_path: Path, cluster: LiveCluster, prometheus_url: str,
 
 
 @contextlib.asynccontextmanager
-async def live_stack(tmp_path: Path, **overrides: Any) -> AsyncIterator[Stack]:
+async def live_stack(tmp_path: Path, source_kind: str = "prometheus", **overrides: Any) -> AsyncIterator[Stack]:
     async with live_cluster(tmp_path, num_prefill=1, num_decode=2, policy_yaml=POLICY) as cluster:
         instances = {iid: (url, "interactive") for iid, url in cluster.host.urls.items()}
         with prometheus(tmp_path, cluster.url, instances) as prom:
-            config = controller_config(tmp_path, cluster, prom.url, **overrides)
+            config = controller_config(tmp_path, cluster, prom.url, source_kind, **overrides)
             # The controller process is started in a thread so that the in-process servers keep serving.
             ctx = controller(config, tmp_path)
             process = await asyncio.to_thread(ctx.__enter__)

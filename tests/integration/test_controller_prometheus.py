@@ -3,7 +3,8 @@
 Every test starts the emulated instances and the router (in this process), a real ``prometheus`` on loopback
 scraping their ``/metrics`` every second, and ``python -m controller`` in its own process, actuating through
 the router's admin API. Nothing is mocked: the assertions read the router's live state, the controller's
-``/metrics`` and its audit log.
+``/metrics`` and its audit log. The RAG-surge test also runs with the built-in scraper as the source (the
+embedded default) instead of Prometheus.
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ def _published(state: dict[str, Any]) -> bool:
     return state["policy"].get("description", "").startswith("published by pdctl controller")
 
 
-async def test_rag_surge_shifts_instances_toward_prefill_and_lowers_the_rag_threshold(tmp_path: Path) -> None:
-    async with live_stack(tmp_path) as stack:
+@pytest.mark.parametrize("source", ["prometheus", "scrape"])
+async def test_rag_surge_shifts_instances_toward_prefill_and_lowers_the_rag_threshold(
+    tmp_path: Path, source: str
+) -> None:
+    async with live_stack(tmp_path, source_kind=source) as stack:
         stack.trickle("chat", 100, period_s=0.4)
         await stack.wait_for_data("chat")
         before = await stack.state()
