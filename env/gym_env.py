@@ -83,8 +83,8 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
     ## Action Space
 
     ``MultiDiscrete`` from :class:`policies.action_codec.ActionCodec` over a fixed slot layout
-    (``layout.max_groups`` tenant-group slots, then ``layout.max_tenants`` tenant slots; default 2 and 4, 24
-    dimensions). Per group slot: ``prefill_delta`` and ``decode_delta`` (index 0, 1, 2 = −1, 0, +1 instance; an
+    (``layout.max_groups`` tenant-group slots, then ``layout.max_tenants`` tenant slots; by default 2 and 4:
+    24 dimensions). Per group slot: ``prefill_delta`` and ``decode_delta`` (index 0, 1, 2 = −1, 0, +1 instance; an
     increase at a full budget takes the instance from the other pool). Per tenant slot: levels of
     ``min_remote_input_tokens`` (256, 512, 1024, 2048, 4096, 8192, 16384, never), ``max_prefill_queue_wait_s``
     (0.1, 0.3, 1, 3), ``min_expected_output_tokens`` (0, 32, 128, 512), ``require_decode_pool_pressure`` and

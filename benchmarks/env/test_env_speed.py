@@ -47,6 +47,7 @@ def _run(scenario: str, policy: str) -> tuple[float, int]:
 @pytest.mark.parametrize("scenario", ["rag-surge-8", "chatbot-8", "mixed-chat-rag-4p4d"])
 def test_thousand_steps(scenario: str, policy: str) -> None:
     wall_s, resets = _run(scenario, policy)
-    print(f"\n{scenario} ({policy} actions): {STEPS} steps, {resets} resets in {wall_s:.2f} s ({STEPS / wall_s:.0f} steps/s)")
+    rate = STEPS / wall_s
+    print(f"\n{scenario} ({policy} actions): {STEPS} steps, {resets} resets in {wall_s:.2f} s ({rate:.0f} steps/s)")
     if scenario != "mixed-chat-rag-4p4d":
         assert wall_s < BUDGET_S
