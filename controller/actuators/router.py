@@ -4,18 +4,25 @@
 and decode (the router drains an instance before it takes its new role); ``GET /admin/state`` reads roles
 back (see ``docs/admin-api.md``). The router cannot add instances: a pool target is realised as a split of
 the group's existing instances, and the instances whose role changes are the fewest possible.
+
+A policy document equal to the one the router last reported (``GET /admin/state``, read every tick) is not
+sent again: after an unknown outcome the next publication happens only if the state read back shows it did
+not take effect, and a restarted controller does not bump the router's generation for nothing.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 import aiohttp
 
 from controller.actuators.base import ActuationResult, Outcome, Plan, UnknownOutcomeLatch
 from controller.actuators.http import call
 from controller.sources.base import InstanceInfo, Topology
+from policies.policy_file import PolicyFileError, load_policy_text
 from policies.schema import PoolTargets
 
 __all__ = ["RouterActuator", "role_changes"]
@@ -42,6 +49,15 @@ def role_changes(topology: Topology, pools: Mapping[str, PoolTargets]) -> dict[s
     return changes
 
 
+def _normalised(document: Mapping[str, Any]) -> str | None:
+    """A policy document as the loader reads it (keys that were set, canonical JSON); ``None`` if invalid."""
+    try:
+        parsed = load_policy_text(json.dumps(document), "policy document")
+    except PolicyFileError:
+        return None
+    return json.dumps(parsed.model_dump(mode="json", exclude_unset=True), sort_keys=True)
+
+
 class RouterActuator:
     """Actuates through the router admin API."""
 
@@ -51,6 +67,7 @@ class RouterActuator:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self.latch = UnknownOutcomeLatch()
+        self._live_policy: str | None = None
 
     @property
     def name(self) -> str:
@@ -68,6 +85,8 @@ class RouterActuator:
         if reply.outcome is not Outcome.APPLIED or not isinstance(reply.body, dict):
             return None
         self.latch.clear()
+        policy = reply.body.get("policy")
+        self._live_policy = _normalised(policy) if isinstance(policy, dict) else None
         live = {str(i.get("id")): i for i in reply.body.get("instances", []) if isinstance(i, dict)}
         instances: list[InstanceInfo] = []
         for info in topology.instances:
@@ -91,12 +110,15 @@ class RouterActuator:
         if self.latch.set:
             return self.latch.held(self.name)
         done: list[str] = []
-        if plan.policy_document is not None:
+        document = plan.policy_document
+        if document is not None and self._live_policy is not None and _normalised(document) == self._live_policy:
+            document = None
+        if document is not None:
             reply = await call(
                 self._http(),
                 "PUT",
                 f"{self.url}/admin/policy",
-                body={"policy": plan.policy_document},
+                body={"policy": document},
                 headers=self._headers,
             )
             if reply.outcome is not Outcome.APPLIED:
@@ -115,6 +137,7 @@ class RouterActuator:
         return ActuationResult(self.name, Outcome.APPLIED, "; ".join(done))
 
     def _failed(self, outcome: Outcome, detail: str) -> ActuationResult:
+        self._live_policy = None  # whatever we knew may be stale now
         if outcome is Outcome.UNKNOWN:
             self.latch.trip(detail)
         return ActuationResult(self.name, outcome, detail)

@@ -118,6 +118,12 @@ async def test_router_actuator_publishes_policy_and_roles(admin: tuple[FakeServe
         assert observed.pending["g"] == (1, 0)
         assert state["generation"] == 2
         assert (await actuator.apply(Plan(1), TOPOLOGY)).outcome is Outcome.UNCHANGED
+        # The router already runs this document (read back by observe): not sent again.
+        sent = len(server.calls)
+        assert (await actuator.apply(Plan(2, {"tenants": [{"name": "rag"}]}), observed)).outcome is Outcome.UNCHANGED
+        assert len(server.calls) == sent
+        assert (await actuator.apply(Plan(3, {"tenants": [{"name": "chat"}]}), observed)).outcome is Outcome.APPLIED
+        assert state["generation"] == 3
     finally:
         await actuator.close()
 
@@ -148,7 +154,7 @@ async def test_unknown_outcome_is_not_retried_until_state_is_read_back(
     actuator = RouterActuator(server.url, TOKEN, timeout_s=0.3)
     try:
         server.delay_s = 1.0
-        first = await actuator.apply(Plan(1, {"p": 1}, {"g": PoolTargets(2, 1)}), TOPOLOGY)
+        first = await actuator.apply(Plan(1, {"description": "one"}, {"g": PoolTargets(2, 1)}), TOPOLOGY)
         assert first.outcome is Outcome.UNKNOWN
         assert actuator.latch.set
         sent = len(server.calls)
@@ -156,11 +162,16 @@ async def test_unknown_outcome_is_not_retried_until_state_is_read_back(
         assert held.outcome is Outcome.HELD
         assert len(server.calls) == sent, "nothing sent while the outcome is unknown"
         server.delay_s = 0.0
+        await asyncio.sleep(1.0)  # the slow first PUT completes on the server: its outcome was "applied"
         assert await actuator.observe(TOPOLOGY) is not None
         assert not actuator.latch.set
-        assert (await actuator.apply(Plan(3, {"p": 3}), TOPOLOGY)).outcome is Outcome.APPLIED
+        # The state read back shows the document in force: it is not sent a second time.
+        sent = len(server.calls)
+        assert (await actuator.apply(Plan(3, {"description": "one"}), TOPOLOGY)).outcome is Outcome.UNCHANGED
+        assert len(server.calls) == sent
+        assert (await actuator.apply(Plan(3, {"description": "two"}), TOPOLOGY)).outcome is Outcome.APPLIED
         server.status = 503
-        assert (await actuator.apply(Plan(4, {"p": 4}), TOPOLOGY)).outcome is Outcome.UNKNOWN
+        assert (await actuator.apply(Plan(4, {"description": "four"}), TOPOLOGY)).outcome is Outcome.UNKNOWN
     finally:
         await actuator.close()
 
