@@ -153,3 +153,19 @@ async def test_instance_tokenizer_counts_prompt_tokens(tmp_path: Path) -> None:
         record = c.records()[-1]
         # the instance counts the chat template too; the router's record carries exactly that count
         assert record["input_tokens"] == usage["prompt_tokens"] == 3006
+
+
+async def test_metrics_poll_reads_decode_kv_usage(tmp_path: Path) -> None:
+    overrides = {"health": {"interval_s": 0.2, "metrics_poll_s": 0.05}}
+    async with live_cluster(tmp_path, policy_yaml=POLICY, router_overrides=overrides) as c:
+        body = {"prompt": prompt_text(4000, salt="kv"), "max_tokens": 60, "stream": True}
+        async with c.session.post(c.url + "/v1/completions", json=body) as resp:
+            await resp.content.readany()
+            decode = c.router.registry.instances["d0"]
+            for _ in range(40):
+                if decode.kv_usage_frac:
+                    break
+                await asyncio.sleep(0.05)
+            assert decode.kv_usage_frac is not None
+            assert 0 < decode.kv_usage_frac < 0.1  # ~4000 tokens of a cache of ~800k tokens
+            await resp.read()
