@@ -7,16 +7,23 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from controller.actuators.base import Outcome, Plan
 from controller.actuators.dryrun import DryRunActuator
 from controller.actuators.kubernetes import KubernetesActuator, Workload, scale_path
 from controller.actuators.router import RouterActuator, role_changes
-from controller.sources.base import InstanceInfo, Topology
+from controller.audit import AuditLog
+from controller.clock import VirtualClock
+from controller.loop import ControlLoop
+from controller.overrides import OverrideWatcher
+from controller.sources.base import InstanceInfo, Readout, Topology
+from controller.telemetry import Telemetry
 from policies.schema import PoolTargets
 
 TOKEN = "s3cret"
@@ -285,3 +292,51 @@ async def test_dry_run_records_and_simulates() -> None:
     observed = await actuator.observe(topology)
     assert observed is not None
     assert observed.pools["g"] == PoolTargets(2, 2)
+
+
+async def test_loop_scales_kubernetes_deployments(
+    tmp_path: Path, kube: tuple[FakeServer, dict[str, dict[str, int]]]
+) -> None:
+    """No instance list: pool counts come from the scale subresources, placement from series labels."""
+    from tests.controller.test_loop import INST, FakeReader, R, make_config, make_runtime
+
+    server, replicas = kube
+    replicas["deployments/prefill"] = {"spec": 1, "status": 1}
+    replicas["deployments/decode"] = {"spec": 1, "status": 1}
+    k8s = {
+        "kind": "kubernetes",
+        "api_url": server.url,
+        "namespace": "serving",
+        "token": TOKEN,
+        "groups": {"g": {"prefill": {"name": "prefill"}, "decode": {"name": "decode"}}},
+    }
+    config = make_config(tmp_path, instances=[], actuators=[k8s])
+    results = {
+        R["requests"]: [
+            ({"tenant": "chat", "route": "local_prefill", "outcome": "ok"}, 10.0),
+            ({"tenant": "rag", "route": "local_prefill", "outcome": "ok"}, 10.0),
+        ],
+        R["ttft_0.95"]: [({"tenant": "chat"}, 0.1), ({"tenant": "rag"}, 0.01)],
+        R["tpot_0.95"]: [({"tenant": "chat"}, 0.01), ({"tenant": "rag"}, 5.0)],
+        INST["kv_usage"]: [({"instance_id": "decode-0", "group": "g", "role": "decode"}, 0.5)],
+    }
+    loop = ControlLoop(
+        make_runtime(config, FakeReader(Readout(results, 10.0, 0.0))),
+        VirtualClock(),
+        Telemetry(CollectorRegistry()),
+        AuditLog(None),
+        OverrideWatcher(None),
+    )
+    try:
+        record = await loop.tick()
+        assert record.window.groups["g"].num_decode == 1
+        assert record.window.groups["g"].decode_kv_usage_frac == 0.5
+        assert record.plan.pools == {"g": PoolTargets(1, 2)}, "TPOT over objective with budget room: add decode"
+        assert [r.outcome for r in record.results] == [Outcome.APPLIED]
+        assert replicas["deployments/decode"]["spec"] == 2
+        # The new replica is not ready yet: the next tick sees it pending and holds.
+        second = await loop.tick()
+        assert second.window.groups["g"].pending_decode == 1
+        assert second.plan.pools == {}
+    finally:
+        await loop.runtime.close()
