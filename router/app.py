@@ -49,7 +49,15 @@ _UPSTREAM_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 
 
 class _DecodeFailed(Exception):
-    """The decode leg failed before anything was sent to the client (retry elsewhere)."""
+    """The decode leg failed before anything was sent to the client.
+
+    ``transfer`` is True when the instance is fine but the KV pull failed or timed out (serve locally on it);
+    otherwise the instance itself failed (retry on another one, with the same KV parameters).
+    """
+
+    def __init__(self, transfer: bool = False) -> None:
+        super().__init__("transfer failed" if transfer else "decode instance failed")
+        self.transfer = transfer
 
 
 class _Request:
@@ -304,10 +312,8 @@ class Router:
         req = _Request(request.path, raw, body, request_id, arrival, authorization, plan, rec)
         self.metrics.decisions.labels(f.tenant, rec.route, rec.reason).inc()
         self.metrics.in_flight.inc()
-        response: web.StreamResponse | None = None
         try:
-            response = await self._serve(request, req)
-            return response
+            return await self._serve(request, req)
         except asyncio.CancelledError:
             rec.error = rec.error or "client disconnected"
             rec.status = 499
@@ -338,12 +344,11 @@ class Router:
                 self._fallback(rec, "decode_retry")
             try:
                 return await self._decode_leg(request, req, inst, decode_bytes, remote)
-            except _DecodeFailed:
-                remote_failed = remote
-                remote = False
-                decode_bytes = local_body(req.body, req.raw)
-                if remote_failed and inst.healthy:
-                    # the KV pull failed or timed out: serve locally on the same decode instance
+            except _DecodeFailed as failure:
+                if failure.transfer:
+                    # the KV pull failed or timed out: serve locally, on the same decode instance first
+                    remote = False
+                    decode_bytes = local_body(req.body, req.raw)
                     try:
                         return await self._decode_leg(request, req, inst, decode_bytes, False)
                     except _DecodeFailed:
@@ -475,8 +480,8 @@ class Router:
             except TimeoutError as exc:
                 if remote:
                     self._transfer_failed(rec, "transfer_timeout")
-                else:
-                    self._mark_failed(inst, "timeout")
+                    raise _DecodeFailed(transfer=True) from exc
+                self._mark_failed(inst, "timeout")
                 raise _DecodeFailed from exc
             except _UPSTREAM_ERRORS as exc:
                 self._mark_failed(inst, "disconnect")
@@ -487,7 +492,7 @@ class Router:
                 raise _DecodeFailed
             if remote and is_error_event(first):
                 self._transfer_failed(rec, "transfer_failed")
-                raise _DecodeFailed
+                raise _DecodeFailed(transfer=True)
             if remote:
                 self.transfer_health.record(self._now(), True)
             first_s = self._now()
@@ -548,9 +553,9 @@ class Router:
         if resp.status >= 500:
             if remote:
                 self._transfer_failed(rec, "transfer_failed")
-            else:
-                self._mark_failed(inst, "5xx")
-                rec.error = f"decode {inst.id}: HTTP {resp.status}"
+                raise _DecodeFailed(transfer=True)
+            self._mark_failed(inst, "5xx")
+            rec.error = f"decode {inst.id}: HTTP {resp.status}"
             raise _DecodeFailed
         rec.status = resp.status
         rec.error = f"HTTP {resp.status}"
@@ -573,8 +578,8 @@ class Router:
         except TimeoutError as exc:
             if remote:
                 self._transfer_failed(rec, "transfer_timeout")
-            else:
-                self._mark_failed(inst, "timeout")
+                raise _DecodeFailed(transfer=True) from exc
+            self._mark_failed(inst, "timeout")
             raise _DecodeFailed from exc
         except _UPSTREAM_ERRORS as exc:
             self._mark_failed(inst, "connect")
@@ -583,8 +588,8 @@ class Router:
         if status >= 500:
             if remote:
                 self._transfer_failed(rec, "transfer_failed")
-            else:
-                self._mark_failed(inst, "5xx")
+                raise _DecodeFailed(transfer=True)
+            self._mark_failed(inst, "5xx")
             raise _DecodeFailed
         if remote:
             self.transfer_health.record(self._now(), True)
