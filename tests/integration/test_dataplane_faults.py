@@ -222,3 +222,30 @@ async def test_retry_remote_prefill_tries_another_prefill_instance(tmp_path: Pat
             assert (rec["route"], rec["prefill_instance"]) == ("remote_prefill", "p0")
             assert rec["fallback"] == "prefill_error,prefill_retry"
         assert await proc.wait() == 70
+
+
+async def test_decode_failing_before_first_byte_is_retried_with_the_same_kv(tmp_path: Path) -> None:
+    args = ["--prefill", "0", "--decode", "1", "--id-offset", "9", "--crash-after-requests", "1"]
+    async with emulator_process(args) as (proc, urls):
+        extra = [{"id": "d9", "url": urls["d9"], "role": "decode"}]
+        overrides = {"health": {"interval_s": 60}}
+        async with live_cluster(
+            tmp_path, 1, 1, policy_yaml=REMOTE_POLICY, extra_instances=extra, router_overrides=overrides
+        ) as c:
+            d0 = c.router.registry.instances["d0"]
+            c.router.registry.acquire(d0)  # d9 is now the least-loaded decode instance: it is tried first
+            rid = "redo"
+            result = await stream_request(
+                c.session, c.url, {"prompt": prompt_text(2500, salt=rid), "max_tokens": 4}, {"X-Request-Id": rid}
+            )
+            c.router.registry.release(d0)
+            assert result.done
+            assert result.errors == []
+            assert result.text == _text(rid, 4)
+            rec = c.records()[0]
+            assert (rec["route"], rec["fallback"], rec["decode_instance"]) == ("remote_prefill", "decode_retry", "d0")
+            # d0 pulled the KV the prefill instance computed once
+            assert c.host.instances[1].metrics.nixl_xfer_time._sum.get() > 0
+            assert c.host.instances[0].metrics.prompt_tokens._value.get() == 2500
+            assert not c.router.registry.instances["d9"].healthy
+        assert await proc.wait() == 70
