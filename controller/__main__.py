@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
 from controller.config import ConfigError, config_schema
 from controller.daemon import run
+from controller.logs import configure_logging
 from controller.runtime import RuntimeConfigError
 
 __all__ = ["main"]
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.config is None:
         parser.error("--config is required")
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(args.log_level)
     try:
         run(args.config)
     except (ConfigError, RuntimeConfigError) as exc:

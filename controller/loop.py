@@ -24,6 +24,7 @@ from typing import Any
 from controller.actuators.base import ActuationResult, Outcome, Plan
 from controller.audit import AuditLog
 from controller.clock import Clock
+from controller.logs import TICK_LOGGER
 from controller.overrides import OverridePoll, OverrideWatcher
 from controller.runtime import Runtime
 from controller.sources.base import Topology
@@ -37,7 +38,7 @@ from policies.schema import ControlAction, MetricWindow, PoolTargets, RoutingThr
 
 __all__ = ["ControlLoop", "TickRecord", "classify"]
 
-_log = logging.getLogger("pdctl.controller.tick")
+_log = logging.getLogger(TICK_LOGGER)
 
 
 def classify(current: PoolTargets | None, target: PoolTargets) -> str:

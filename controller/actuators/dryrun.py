@@ -46,7 +46,9 @@ class DryRunActuator:
         pools.update(plan.pools)
         self._state = replace(topology, pools=pools, pending={})
         _log.info(
-            "dry run: would apply %s", {"pools": {g: (p.num_prefill, p.num_decode) for g, p in plan.pools.items()}}
+            "dry run: would %s and set pools %s",
+            "publish the policy document" if plan.policy_document is not None else "keep the policy",
+            {g: (p.num_prefill, p.num_decode) for g, p in plan.pools.items()},
         )
         return ActuationResult(self.name, Outcome.APPLIED, "recorded")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import typer
@@ -23,6 +22,7 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
     ) -> None:
         from controller.config import ConfigError, config_schema
         from controller.daemon import run
+        from controller.logs import configure_logging
         from controller.runtime import RuntimeConfigError
 
         if print_schema:
@@ -31,7 +31,7 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         if config is None:
             typer.echo("pdctl controller: --config FILE is required (or --print-schema)", err=True)
             raise typer.Exit(code=EXIT_CONFIG)
-        logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+        configure_logging(log_level)
         try:
             run(config)
         except (ConfigError, RuntimeConfigError) as exc:
