@@ -110,7 +110,7 @@ class ControlLoop:
         self.state.policy_thresholds = {
             name: self.state.policy_thresholds.get(name, tp.thresholds) for name, tp in known.items()
         }
-        if runtime.base is not old.base:
+        if runtime.base != old.base:  # a changed base file restarts from its thresholds
             self.state.policy_thresholds = {n: tp.thresholds for n, tp in known.items()}
             self.state.published = None
         self.state.topology = (

@@ -268,3 +268,19 @@ async def test_virtual_clock_wakes_sleepers_in_order() -> None:
     assert woke == ["early", "late"]
     assert clock.monotonic() == 5.0
     await asyncio.gather(*tasks)
+
+
+async def test_swap_keeps_the_policy_state_unless_the_base_file_changed(tmp_path: Path) -> None:
+    loop, _, _ = make_loop(tmp_path, FakeReader(surge()))
+    await loop.tick()
+    assert loop.state.policy_thresholds["rag"].min_remote_input_tokens == 3072
+    same_base = make_runtime(make_config(tmp_path, mode="advisory"), FakeReader(surge()), generation=2)
+    await loop.swap(same_base)
+    assert loop.state.policy_thresholds["rag"].min_remote_input_tokens == 3072
+    assert loop.state.published is not None
+    config = make_config(tmp_path)
+    (tmp_path / "policy.yaml").write_text(POLICY.replace("min_input_tokens: 4096", "min_input_tokens: 5000"))
+    changed = build_runtime(config, generation=3, started_s=0.0)
+    await loop.swap(changed)
+    assert loop.state.policy_thresholds["rag"].min_remote_input_tokens == 5000
+    assert loop.state.published is None
