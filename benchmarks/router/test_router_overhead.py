@@ -55,6 +55,7 @@ PROMPT = "abcd " * 100
 TIME_SCALE = 3.0
 THINK_S = 0.05
 PATHS = ("direct", "router", "reference")
+PIN_CPUS = os.environ.get("PDCTL_BENCH_PIN", "0") == "1"  # pin client+instance and the proxy to separate CPUs
 
 
 class Tracer:
@@ -204,6 +205,12 @@ async def _run(tmp: Path) -> tuple[dict[int, dict[str, PathStats]], dict[int, di
     )  # fmt: skip
     urls = {"direct": upstream, "router": match.group(0), "reference": f"http://127.0.0.1:{ref_port}"}
     pids = {"router": router.pid, "reference": reference.pid}
+    if PIN_CPUS and len(os.sched_getaffinity(0)) >= 2:
+        # client + instance on the first CPU, the proxy under test on the second (they never run at the same time)
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[0]})
+        for pid in pids.values():
+            os.sched_setaffinity(pid, {cpus[1]})
     rng = np.random.default_rng(20261130)
     stats: dict[int, dict[str, PathStats]] = {}
     cpu: dict[int, dict[str, float]] = {}
