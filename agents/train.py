@@ -35,6 +35,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from sb3_contrib import MaskablePPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecNormalize
 
 from agents.config import ExperimentConfig
@@ -75,7 +76,7 @@ class ScenarioMix(gym.Wrapper[np.ndarray, np.ndarray, np.ndarray, np.ndarray]):
 
 def _env_factory(scenarios: Sequence[str], layout: ObservationLayout, rank: int, seed: int) -> Callable[[], gym.Env]:
     def _make() -> gym.Env:
-        env = ScenarioMix(PDClusterEnv(scenarios[rank % len(scenarios)], layout=layout), scenarios)
+        env = Monitor(ScenarioMix(PDClusterEnv(scenarios[rank % len(scenarios)], layout=layout), scenarios))
         env.reset(seed=seed + rank)
         return env
 
