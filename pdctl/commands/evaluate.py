@@ -1,0 +1,296 @@
+"""``pdctl evaluate``: every policy × scenario × seed through the gym env, tables and plots.
+
+``--policies baselines`` (the default) expands to every baseline of :mod:`policies.baselines`, ``queue_kv``,
+the seed rule file and ``grid:`` (the grid-searched static optimum). ``--scenarios`` takes names, paths and
+``suite:NAME`` (``experiments/scenarios/suites.yaml``). Runs go to parallel processes with a progress bar; the
+output folder gets ``results.csv`` (means and 95 % CIs over seeds), ``results_seeds.csv``, ``results.json``,
+``ranking.md``, ``goodput.png`` and per-scenario CDF and decision plots. ``--sweep-rate`` also finds, per policy
+and scenario, the highest request-rate multiplier at which ≥ 90 % of requests meet both SLOs
+(``sweep.json``, ``sweep.png``). Bad input prints one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+__all__ = ["register"]
+
+EXIT_INVALID = 2
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"pdctl evaluate: {message}", err=True)
+    return typer.Exit(code=EXIT_INVALID)
+
+
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _policies(text: str) -> list[str]:
+    from agents.evaluate import all_baseline_specs
+
+    out: list[str] = []
+    for spec in _split(text):
+        out.extend(all_baseline_specs() if spec == "baselines" else [spec])
+    return list(dict.fromkeys(out))
+
+
+def _check_policies(policies: Sequence[str], scenario_path: Path, traces: str | None) -> None:
+    from agents.evaluate import make_policy
+    from env.gym_env import resolve_scenario
+
+    scenario = resolve_scenario(scenario_path, traces)
+    for spec in policies:
+        if spec.startswith("grid:"):
+            continue
+        try:
+            make_policy(spec, scenario)
+        except Exception as exc:  # one line per bad spec, whatever the loader raised
+            raise _fail(f"policy {spec!r}: {str(exc).splitlines()[0]}") from None
+
+
+def _fmt(value: float | None, ci: float | None = None, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    text = f"{value:.{digits}f}"
+    if ci is not None and not math.isnan(ci):
+        text += f" ± {ci:.{digits}f}"
+    return text
+
+
+_COLUMNS: tuple[tuple[str, str, str, int], ...] = (
+    ("w. goodput rps", "weighted_goodput_rps", "ci", 2),
+    ("SLO %", "slo_attainment_frac", "pct", 1),
+    ("TTFT p95 s", "ttft_p95_s", "", 2),
+    ("TPOT p95 ms", "tpot_p95_s", "ms", 1),
+    ("GPU-h", "gpu_seconds", "h", 2),
+    ("churn", "churn_changes", "", 1),
+    ("failed", "failed", "", 0),
+    ("return", "episode_return", "", 0),
+)
+
+
+def _cell(row: Mapping[str, Any], metric: str, kind: str, digits: int) -> str:
+    value = row.get(f"{metric}_mean")
+    ci = row.get(f"{metric}_ci95")
+    if value is None:
+        return "-"
+    if kind == "pct":
+        return _fmt(100 * value, None if ci is None else 100 * ci, digits)
+    if kind == "ms":
+        return _fmt(1000 * value, None, digits)
+    if kind == "h":
+        return _fmt(value / 3600, None, digits)
+    return _fmt(value, ci if kind == "ci" else None, digits)
+
+
+def _ranking(ranked: Mapping[str, Sequence[Mapping[str, Any]]], console: Console) -> str:
+    from agents.plots import label
+
+    lines: list[str] = []
+    for scenario, rows in sorted(ranked.items()):
+        table = Table(title=f"{scenario}: ranked by priority-weighted goodput (mean ± 95 % CI over seeds)")
+        table.add_column("#")
+        table.add_column("policy")
+        for title, *_ in _COLUMNS:
+            table.add_column(title, justify="right")
+        lines += [f"### {scenario}", "", "| # | policy | " + " | ".join(c[0] for c in _COLUMNS) + " |"]
+        lines.append("|---|---|" + "---:|" * len(_COLUMNS))
+        for rank, row in enumerate(rows, 1):
+            cells = [_cell(row, metric, kind, digits) for _, metric, kind, digits in _COLUMNS]
+            table.add_row(str(rank), label(row["policy"]), *cells)
+            lines.append(f"| {rank} | {label(row['policy'])} | " + " | ".join(cells) + " |")
+        lines.append("")
+        console.print(table)
+    return "\n".join(lines)
+
+
+def _summary(ranked: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
+    """Per scenario: the best baseline, its margin over the runner-up, and the grid optimum's headroom."""
+    from agents.plots import label
+
+    lines = [
+        "| scenario | best baseline | w. goodput | runner-up | margin | grid optimum | headroom over best baseline |",
+        "|---|---|---:|---|---:|---:|---:|",
+    ]
+    for scenario, rows in sorted(ranked.items()):
+        baselines = [r for r in rows if not r["policy"].startswith(("grid:", "learned:"))]
+        grid = next((r for r in rows if r["policy"].startswith("grid:")), None)
+        if not baselines:
+            continue
+        best = baselines[0]
+        best_v = best["weighted_goodput_rps_mean"] or 0.0
+        second = baselines[1] if len(baselines) > 1 else None
+        second_v = (second["weighted_goodput_rps_mean"] or 0.0) if second else math.nan
+        margin = 100 * (best_v - second_v) / second_v if second and second_v > 0 else math.nan
+        grid_v = (grid["weighted_goodput_rps_mean"] or 0.0) if grid else math.nan
+        headroom = 100 * (grid_v - best_v) / best_v if grid and best_v > 0 else math.nan
+        lines.append(
+            f"| {scenario} | {label(best['policy'])} | {best_v:.2f} | "
+            f"{label(second['policy']) if second else '-'} ({second_v:.2f}) | {margin:+.1f} % | "
+            f"{grid_v:.2f} | {headroom:+.1f} % |"
+        )
+    return "\n".join(lines)
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def _run(
+    scenarios: str,
+    policies: str,
+    seeds: str,
+    out: Path,
+    workers: int | None,
+    traces: Path | None,
+    grid_cache: Path | None,
+    plots: bool,
+    sweep: bool,
+    sweep_target: float,
+    sweep_iterations: int,
+) -> None:
+    from agents import evaluate as ev
+    from env.scenario import ScenarioError
+
+    try:
+        paths = ev.scenario_paths(_split(scenarios))
+        seed_list = [int(s) for s in _split(seeds)]
+    except (ValueError, OSError) as exc:
+        raise _fail(str(exc)) from None
+    if not paths or not seed_list:
+        raise _fail("need at least one scenario and one seed")
+    policy_list = _policies(policies)
+    traces_dir = str(traces) if traces is not None else None
+    try:
+        _check_policies(policy_list, paths[0], traces_dir)
+    except ScenarioError as exc:
+        raise _fail(exc.problems[0]) from None
+    n_workers = workers or min(ev.default_workers(), 2)
+    console = Console(width=170)
+    command = "pdctl evaluate " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    with _progress(console) as progress:
+        grid_task = progress.add_task(
+            "grid search", total=None, visible=any(p.startswith("grid:") for p in policy_list)
+        )
+        runs_task = progress.add_task("evaluation", total=len(paths) * len(policy_list) * len(seed_list))
+
+        def grid_tick(done: int, total: int) -> None:
+            progress.update(grid_task, completed=done, total=total)
+
+        evaluation = ev.evaluate(
+            paths,
+            policy_list,
+            seed_list,
+            workers=n_workers,
+            traces_dir=traces_dir,
+            grid_cache=grid_cache,
+            on_done=lambda _: progress.advance(runs_task),
+            on_grid_progress=grid_tick,
+        )
+    ev.write_results(evaluation, out, command)
+    ranked = ev.ranked(evaluation.aggregate)
+    ranking = _ranking(ranked, console)
+    summary = _summary(ranked)
+    console.print(summary)
+    errors = [r for r in evaluation.runs if r.error is not None]
+    notes = ""
+    if errors:
+        notes = f"\n\n{len(errors)} of {len(evaluation.runs)} runs raised and are left out (results.json: errors)."
+        console.print(f"[red]{len(errors)} runs raised[/red]; first: {errors[0].spec.policy} on {errors[0].scenario} "
+                      f"seed {errors[0].spec.seed}: {errors[0].error}")  # fmt: skip
+    (out / "ranking.md").write_text(
+        f"# Evaluation\n\nCommand: `{command}`{notes}\n\n## Best baseline and headroom\n\n{summary}\n\n"
+        f"## Rankings\n\n{ranking}\n"
+    )
+    if plots:
+        from agents.plots import write_all
+
+        write_all(evaluation.aggregate, evaluation.runs, out)
+    if sweep:
+        _sweep(ev, paths, policy_list, seed_list, n_workers, traces_dir, evaluation.grid_points, out, console, plots,
+               sweep_target, sweep_iterations)  # fmt: skip
+    console.print(f"wrote {out}/results.csv, results.json, ranking.md" + (" and plots" if plots else ""))
+
+
+def _sweep(
+    ev: Any,
+    paths: list[Path],
+    policies: list[str],
+    seeds: list[int],
+    workers: int,
+    traces_dir: str | None,
+    grid_points: Mapping[str, Mapping[str, Any]],
+    out: Path,
+    console: Console,
+    plots: bool,
+    target: float,
+    iterations: int,
+) -> None:
+    import json
+
+    from agents.plots import label, plot_sweep
+
+    with _progress(console) as progress:
+        task = progress.add_task("rate sweep (runs)", total=None)
+        records = ev.sweep_rate(
+            paths, policies, seeds, target_frac=target, iterations=iterations, workers=workers,
+            traces_dir=traces_dir, grid_points=grid_points, on_done=lambda _: progress.advance(task),
+        )  # fmt: skip
+    (out / "sweep.json").write_text(json.dumps(records, indent=1) + "\n")
+    table = Table(title=f"highest rate multiplier with ≥ {100 * target:.0f} % of requests meeting both SLOs")
+    for column in ("scenario", "policy", "max rate x", "first failing x"):
+        table.add_column(column)
+    lines = ["| scenario | policy | max rate × | first failing × |", "|---|---|---:|---:|"]
+    for rec in sorted(records, key=lambda r: (r["scenario"], -r["max_rate_scale"])):
+        hi = "-" if rec["first_failing_scale"] is None else f"{rec['first_failing_scale']:.3f}"
+        table.add_row(rec["scenario"], label(rec["policy"]), f"{rec['max_rate_scale']:.3f}", hi)
+        lines.append(f"| {rec['scenario']} | {label(rec['policy'])} | {rec['max_rate_scale']:.3f} | {hi} |")
+    console.print(table)
+    (out / "sweep.md").write_text("\n".join(lines) + "\n")
+    if plots:
+        plot_sweep(records, out / "sweep.png")
+
+
+def register(app: typer.Typer, name: str, help_text: str) -> None:
+    """Add the ``evaluate`` command to ``app``."""
+
+    @app.command(name=name, help=help_text)
+    def evaluate(
+        out: Path = typer.Option(..., "--out", help="Output folder."),  # noqa: B008
+        scenarios: str = typer.Option("suite:all", "--scenarios", help="Comma list: names, paths, suite:NAME."),
+        policies: str = typer.Option(
+            "baselines", "--policies", help="Comma list of specs (baseline:NAME, file:PATH, grid:, learned:PATH)."
+        ),
+        seeds: str = typer.Option("0,1,2", "--seeds", help="Comma list of seeds."),
+        workers: int | None = typer.Option(None, "--workers", help="Processes (default: min(CPUs, 2))."),
+        traces: Path | None = typer.Option(None, "--traces", help="Trace folder for ${PDCTL_TRACES}."),  # noqa: B008
+        grid_cache: Path | None = typer.Option(  # noqa: B008
+            None, "--grid-cache", help="Grid-search cache folder (default experiments/results/grid_cache)."
+        ),
+        plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots."),
+        sweep_rate: bool = typer.Option(False, "--sweep-rate", help="Also find the max rate meeting 90 % SLO."),
+        sweep_target: float = typer.Option(0.9, "--sweep-target", help="Attainment target of the sweep."),
+        sweep_iterations: int = typer.Option(4, "--sweep-iterations", help="Bisection steps after bracketing."),
+    ) -> None:
+        """Evaluate policies over scenarios and seeds; write tables and plots."""
+        _run(scenarios, policies, seeds, out, workers, traces, grid_cache, plots, sweep_rate, sweep_target,
+             sweep_iterations)  # fmt: skip

@@ -1,0 +1,196 @@
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from agents import evaluate as ev
+from agents import grid_search as gs
+from env.gym_env import resolve_scenario
+from env.scenario import Scenario
+from policies.base import Policy
+from policies.schema import RouteRule
+from tests.env.helpers import tiny_scenario
+
+
+@pytest.fixture
+def tiny_path(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_scenario(duration_s=90.0).model_dump(mode="json")))
+    return path
+
+
+def test_scale_rates_scales_every_workload_kind() -> None:
+    base = resolve_scenario("four-tenants-16")
+    doubled = ev.scale_rates(base, 2.0)
+    for before, after in zip(base.tenants, doubled.tenants, strict=True):
+        assert after.workload.rate_rps == pytest.approx(2 * before.workload.rate_rps)  # type: ignore[union-attr]
+    surge = ev.scale_rates(resolve_scenario("rag-surge-8"), 0.5)
+    rag = next(t for t in surge.tenants if t.name == "rag").workload
+    assert [s.rate_rps for s in rag.segments] == pytest.approx([0.15, 0.75, 0.15])  # type: ignore[union-attr]
+    chat = ev.scale_rates(resolve_scenario("chatbot-8"), 0.5).tenants[0].workload
+    assert chat.rate_scale == pytest.approx(0.65)  # type: ignore[union-attr]
+    diurnal = ev.scale_rates(resolve_scenario("diurnal-chat-rag-8"), 3.0).tenants[0].workload
+    assert diurnal.mean_rate_rps == pytest.approx(6.6)  # type: ignore[union-attr]
+    assert ev.scale_rates(base, 1.0) is base
+
+
+def test_scenario_paths_resolve_suites_names_and_refuse_unknowns() -> None:
+    assert [p.stem for p in ev.scenario_paths(["suite:static"])][:2] == ["chatbot-8", "agent-tools-8"]
+    assert len(ev.scenario_paths(["suite:dynamic", "rag-surge-8"])) == 5
+    with pytest.raises(ValueError, match="unknown suite"):
+        ev.scenario_paths(["suite:nope"])
+    with pytest.raises(ValueError, match="no such file"):
+        ev.scenario_paths(["no-such-scenario"])
+
+
+def test_every_baseline_spec_builds_a_policy() -> None:
+    scenario = resolve_scenario("four-tenants-16")
+    specs = ev.all_baseline_specs()
+    assert "grid:" in specs
+    assert ev.SEED_POLICY_SPEC in specs
+    for spec in specs:
+        if spec == "grid:":
+            continue
+        assert isinstance(ev.make_policy(spec, scenario), Policy)
+    with pytest.raises(ValueError, match="unknown baseline"):
+        ev.make_policy("baseline:nope", scenario)
+
+
+def test_profiled_throughputs_are_positive_and_prefill_heavier() -> None:
+    prefill, decode = ev.profiled_throughputs(resolve_scenario("rag-surge-8"))
+    assert math.isfinite(prefill)
+    assert 0 < decode < prefill
+
+
+def test_run_scores_tenants_and_total(tiny_path: Path) -> None:
+    result = ev.run_one(ev.RunSpec("baseline:vllm-proxy", str(tiny_path), 0, record=True))
+    rows = {r["tenant"]: r for r in result.rows}
+    assert set(rows) == {"chat0", "rag0", "ALL"}
+    total = rows["ALL"]
+    assert total["arrived"] == rows["chat0"]["arrived"] + rows["rag0"]["arrived"] > 0
+    assert 0.0 <= total["slo_attainment_frac"] <= 1.0
+    assert total["weighted_goodput_rps"] == pytest.approx(
+        2 * rows["chat0"]["goodput_rps"] + rows["rag0"]["goodput_rps"]
+    )
+    assert total["gpu_seconds"] == pytest.approx(8 * 90.0)  # pools held: 4 instances x TP2 for the whole episode
+    assert total["churn_changes"] == 0
+    assert total["transfer_bytes"] > 0  # vllm-proxy ships every prompt
+    assert len(result.timeline) == 8
+    assert result.samples["chat0/ttft_s"] == sorted(result.samples["chat0/ttft_s"])
+    again = ev.run_one(ev.RunSpec("baseline:vllm-proxy", str(tiny_path), 0))
+    assert again.rows == result.rows
+    other = ev.run_one(ev.RunSpec("baseline:vllm-proxy", str(tiny_path), 1))
+    assert other.rows != result.rows
+
+
+def test_aggregated_baseline_moves_pools_through_the_guard(tiny_path: Path) -> None:
+    result = ev.run_one(ev.RunSpec("baseline:aggregated", str(tiny_path), 0, record=True))
+    prefill = [row["g0/prefill"] for row in result.timeline]
+    assert prefill[0] == 2
+    assert prefill[-1] == 0
+    assert all(a - b in (0, 1) for a, b in itertools.pairwise(prefill))  # one instance per tick at most
+    assert next(r for r in result.rows if r["tenant"] == "ALL")["churn_changes"] == 4
+
+
+def test_crashing_run_is_reported_not_raised(tiny_path: Path) -> None:
+    result = ev.run_one_safe(ev.RunSpec("learned:/no/such/artifact", str(tiny_path), 0))
+    assert result.rows == []
+    assert result.error is not None
+    assert "PolicyLoadError" in result.error
+
+
+def test_aggregate_mean_and_student_t_interval() -> None:
+    rows = []
+    for seed, value in enumerate([1.0, 2.0, 3.0]):
+        row = {"policy": "p", "scenario": "s", "rate_scale": 1.0, "tenant": "ALL", "seed": seed}
+        row.update(dict.fromkeys(ev.METRICS))
+        row["goodput_rps"] = value
+        rows.append(row)
+    (agg,) = ev.aggregate(rows)
+    assert agg["num_seeds"] == 3
+    assert agg["goodput_rps_mean"] == pytest.approx(2.0)
+    assert agg["goodput_rps_ci95"] == pytest.approx(4.302653 / math.sqrt(3), rel=1e-5)
+    assert agg["ttft_p95_s_mean"] is None
+
+
+def test_grid_points_cover_splits_and_levels() -> None:
+    scenario = tiny_scenario()
+    points = gs.grid_points(scenario)
+    assert len(points) == 1 + 3 * (len(gs.ROUTE_LEVELS) - 1)
+    assert {"pools": {"g0": [0, 4]}, "route": "local"} in points
+    assert all(p["route"] != "local" for p in points if p["pools"]["g0"][0] > 0)
+    two = gs.grid_points(tiny_scenario(groups=2))
+    assert len(two) == 1 + 15 * (len(gs.ROUTE_LEVELS) - 1)
+    assert gs.route_thresholds("remote>=4096").min_remote_input_tokens == 4096
+    assert gs.route_thresholds("remote>=4096").max_local_input_tokens == 2048
+    assert gs.route_thresholds("local").rule is RouteRule.AGGREGATED_ONLY
+    with pytest.raises(ValueError, match="unknown route level"):
+        gs.route_thresholds("sometimes")
+
+
+def test_grid_search_is_cached_and_picks_the_best(
+    tiny_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = gs.search(tiny_path, workers=1, cache_dir=tmp_path / "cache")
+    scores = [p["weighted_goodput_rps"] for p in result["points"]]
+    assert result["best_score"]["weighted_goodput_rps"] == max(scores)
+    assert len(result["points"]) + len(result["errors"]) == len(gs.grid_points(resolve_scenario(tiny_path)))
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the cache should have answered")
+
+    monkeypatch.setattr(ev, "run_many", boom)
+    assert gs.search(tiny_path, workers=1, cache_dir=tmp_path / "cache") == result
+    # the grid policy starts at its split and holds it
+    spec = ev.RunSpec("grid:", str(tiny_path), 0, record=True, grid_point=result["best"])
+    timeline = ev.run_one(spec).timeline
+    assert {row["g0/prefill"] for row in timeline} == {result["best"]["pools"]["g0"][0]}
+
+
+def test_sweep_brackets_the_target(tiny_path: Path) -> None:
+    (record,) = ev.sweep_rate([tiny_path], ["baseline:vllm-proxy"], [0], iterations=1, workers=1)
+    points = dict(record["points"])
+    assert record["max_rate_scale"] > 0
+    assert points[record["max_rate_scale"]] >= 0.9
+    assert record["first_failing_scale"] is None or points[record["first_failing_scale"]] < 0.9
+
+
+def test_cli_writes_tables_and_refuses_bad_specs(tiny_path: Path, tmp_path: Path) -> None:
+    from pdctl.cli import app
+
+    out = tmp_path / "out"
+    runner = CliRunner()
+    args = ["evaluate", "--scenarios", str(tiny_path), "--seeds", "0,1", "--out", str(out), "--workers", "1"]
+    result = runner.invoke(app, [*args, "--policies", "baseline:vllm-proxy,baseline:aggregated", "--no-plots"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads((out / "results.json").read_text())
+    assert {r["policy"] for r in payload["aggregate"]} == {"baseline:vllm-proxy", "baseline:aggregated"}
+    assert payload["command"].startswith("pdctl evaluate")
+    assert (out / "results.csv").read_text().startswith("policy,scenario,rate_scale,tenant,num_seeds")
+    assert "best baseline" in (out / "ranking.md").read_text()
+    bad = runner.invoke(app, [*args, "--policies", "baseline:nope"])
+    assert bad.exit_code == 2
+    assert "unknown baseline" in bad.output
+
+
+@pytest.mark.slow
+def test_plots_are_written(tiny_path: Path, tmp_path: Path) -> None:
+    from agents.plots import plot_sweep, write_all
+
+    evaluation = ev.evaluate([tiny_path], ["baseline:vllm-proxy", "baseline:aggregated"], [0, 1], workers=1)
+    paths = write_all(evaluation.aggregate, evaluation.runs, tmp_path)
+    names = sorted(p.name for p in paths)
+    assert names == ["cdf_tiny.png", "decisions_tiny.png", "goodput.png"]
+    assert all(p.stat().st_size > 5_000 for p in paths)
+    records = ev.sweep_rate([tiny_path], ["baseline:vllm-proxy"], [0], iterations=1, workers=1)
+    assert plot_sweep(records, tmp_path / "sweep.png").stat().st_size > 5_000
+
+
+def test_tiny_fixture_is_a_scenario() -> None:
+    assert isinstance(tiny_scenario(), Scenario)
