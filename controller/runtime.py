@@ -66,13 +66,8 @@ def _actuator(config: RouterActuatorConfig | KubernetesActuatorConfig | DryRunAc
         return RouterActuator(config.url, token, config.timeout_s)
     if isinstance(config, KubernetesActuatorConfig):
         token = config.token.get_secret_value() if config.token is not None else None
-        if token is None and config.token_file is not None:
-            try:
-                token = config.token_file.read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise RuntimeConfigError(
-                    f"kubernetes actuator: cannot read token_file {config.token_file}: {exc}"
-                ) from exc
+        if token is None and config.token_file is not None and not config.token_file.is_file():
+            raise RuntimeConfigError(f"kubernetes actuator: cannot read token_file {config.token_file}: no such file")
         groups = {
             name: (Workload(g.prefill.kind, g.prefill.name), Workload(g.decode.kind, g.decode.name))
             for name, g in config.groups.items()
@@ -85,6 +80,7 @@ def _actuator(config: RouterActuatorConfig | KubernetesActuatorConfig | DryRunAc
             config.timeout_s,
             config.ca_file,
             config.insecure_skip_tls_verify,
+            token_file=config.token_file,
         )
     return DryRunActuator()
 

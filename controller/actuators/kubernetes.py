@@ -4,6 +4,8 @@ Speaks the API server's REST protocol directly over aiohttp (the ``kubernetes`` 
 extra): ``GET`` and ``PATCH`` (``application/merge-patch+json``, body ``{"spec": {"replicas": N}}``) on
 ``/apis/apps/v1/namespaces/{namespace}/{deployments|statefulsets}/{name}/scale`` with a bearer token.
 Replicas asked for but not yet ready (``spec.replicas`` above ``status.replicas``) are reported as pending.
+A token file (the pod's projected service-account token, which the kubelet rotates) is re-read whenever it
+changes.
 """
 
 from __future__ import annotations
@@ -50,11 +52,14 @@ class KubernetesActuator:
         timeout_s: float,
         ca_file: Path | None = None,
         insecure_skip_tls_verify: bool = False,
+        token_file: Path | None = None,
     ) -> None:
         self.api_url = api_url.rstrip("/")
         self.namespace = namespace
         self.groups = dict(groups)
-        self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"} if token else {}
+        self._token = token
+        self._token_file = token_file if token is None else None
+        self._token_mtime_ns: int | None = None
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._ssl: ssl.SSLContext | bool = True
         if insecure_skip_tls_verify:
@@ -76,6 +81,21 @@ class KubernetesActuator:
 
     def _url(self, workload: Workload) -> str:
         return self.api_url + scale_path(self.namespace, workload)
+
+    @property
+    def _headers(self) -> dict[str, str]:
+        if self._token_file is not None:
+            try:
+                mtime_ns = self._token_file.stat().st_mtime_ns
+                if mtime_ns != self._token_mtime_ns:
+                    self._token = self._token_file.read_text(encoding="utf-8").strip()
+                    self._token_mtime_ns = mtime_ns
+            except OSError:
+                pass  # keep the last token read; the API server answers 401 if it expired
+        headers = {"Accept": "application/json"}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        return headers
 
     async def _replicas(self, workload: Workload) -> tuple[int, int] | None:
         reply = await call(self._http(), "GET", self._url(workload), headers=self._headers)

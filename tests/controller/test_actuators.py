@@ -340,3 +340,23 @@ async def test_loop_scales_kubernetes_deployments(
         assert second.plan.pools == {}
     finally:
         await loop.runtime.close()
+
+
+async def test_kubernetes_token_file_is_reread_when_rotated(
+    tmp_path: Path, kube: tuple[FakeServer, dict[str, dict[str, int]]]
+) -> None:
+    import os
+
+    server, _ = kube
+    token_file = tmp_path / "token"
+    token_file.write_text("expired\n")
+    workloads = (Workload("Deployment", "prefill"), Workload("Deployment", "decode"))
+    actuator = KubernetesActuator(server.url, "serving", None, {"g": workloads}, 2.0, token_file=token_file)
+    try:
+        assert await actuator.observe(Topology()) is None
+        token_file.write_text(f"{TOKEN}\n")
+        stat = token_file.stat()
+        os.utime(token_file, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+        assert await actuator.observe(Topology()) is not None
+    finally:
+        await actuator.close()
