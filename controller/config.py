@@ -52,6 +52,7 @@ class PrometheusSourceConfig(_Strict):
     window_s: PositiveSeconds = Field(30.0, description="PromQL range of increase()/histogram_quantile(), seconds")
     timeout_s: PositiveSeconds = Field(5.0, description="per-query HTTP timeout, seconds")
     instance_label: str = Field("instance_id", description="target label naming the instance (set at scrape time)")
+    bearer_token_env: str | None = Field(None, description="environment variable holding a bearer token, if any")
 
 
 class ScrapeSourceConfig(_Strict):

@@ -122,7 +122,13 @@ def build_runtime(config: ControllerConfig, generation: int, started_s: float) -
         raise RuntimeConfigError("\n".join(problems))
     reader: SeriesReader
     if isinstance(config.source, PrometheusSourceConfig):
-        reader = PrometheusReader(config.source.url, config.source.window_s, config.source.timeout_s)
+        token_env = config.source.bearer_token_env
+        reader = PrometheusReader(
+            config.source.url,
+            config.source.window_s,
+            config.source.timeout_s,
+            os.environ.get(token_env) if token_env else None,
+        )
         builder = WindowBuilder(WindowQueries(config.source.instance_label))
     else:
         reader = ScrapeReader(config.source.router_metrics_url, config.source.window_s, config.source.timeout_s)

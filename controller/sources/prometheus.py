@@ -60,11 +60,12 @@ def _rows(result: list[dict[str, Any]]) -> list[Row]:
 class PrometheusReader:
     """Answers window queries with PromQL."""
 
-    def __init__(self, url: str, window_s: float, timeout_s: float) -> None:
+    def __init__(self, url: str, window_s: float, timeout_s: float, bearer_token: str | None = None) -> None:
         self.url = url
         self.window_s = window_s
         self._timeout_s = timeout_s
-        self._client = PrometheusConnect(url=url, retry=Retry(total=0), timeout=timeout_s)
+        headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else None
+        self._client = PrometheusConnect(url=url, headers=headers, retry=Retry(total=0), timeout=timeout_s)
 
     def _query(self, expression: str, now_s: float) -> list[Row]:
         try:
