@@ -23,7 +23,10 @@ from dataclasses import dataclass, field
 from env.emulator.metrics import VllmMetrics
 from env.sim.engine import EngineRequest, InstanceEngine, StepResult
 
-__all__ = ["EngineDriver", "RequestHandle"]
+__all__ = ["MAX_LAG_S", "EngineDriver", "RequestHandle"]
+
+MAX_LAG_S = 0.05
+"""Wall seconds the step clock may run behind before it gives up catching up and restarts from now."""
 
 
 @dataclass(slots=True)
@@ -147,16 +150,21 @@ class EngineDriver:
 
     async def _run(self) -> None:
         scale = self.time_scale * self.slow_factor
+        deadline_s: float | None = None  # wall time at which the previous step ended, while steps run back to back
         while True:
-            step_wall_s = self.now()
-            result = self.engine.step(self.emulated_now_s(), report_tokens=True)
+            now = self.now()
+            # Back-to-back steps start at the previous step's modelled end, not when this loop got the CPU back,
+            # so event-loop latency does not accumulate step after step (up to MAX_LAG_S, then the clock resyncs).
+            start = now if deadline_s is None or now - deadline_s > MAX_LAG_S else deadline_s
+            result = self.engine.step((start - self._start_s) / self.time_scale, report_tokens=True)
             if result is None:
+                deadline_s = None
                 self._wake.clear()
                 self._publish()
                 await self._wake.wait()
                 continue
-            delay = step_wall_s + result.duration_s * scale - self.now()
-            await asyncio.sleep(max(delay, 0.0))
+            deadline_s = start + result.duration_s * scale
+            await asyncio.sleep(max(deadline_s - self.now(), 0.0))
             self._deliver(result)
 
     def _deliver(self, result: StepResult) -> None:
