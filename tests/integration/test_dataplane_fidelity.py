@@ -75,6 +75,10 @@ async def test_loadgen_against_emulated_cluster_matches_the_simulator(tmp_path: 
     async with live_cluster(tmp_path, 1, 2, **live_kwargs) as c:  # type: ignore[arg-type]
         options = LoadOptions(url=c.url, time_scale=TIME_SCALE, max_duration_s=300, request_timeout_s=120)
         results = await replay(specs, options)
+        routes = [r["route"] for r in c.records()]
+    assert 0.2 < routes.count("remote_prefill") / len(routes) < 0.95  # both paths are exercised
+    assert sim_summary.remote_prefill_frac is not None
+    assert abs(routes.count("remote_prefill") / len(routes) - sim_summary.remote_prefill_frac) < 0.02
     live = {s.tenant: s for s in summarize(results)}["chat"]
     assert live.num_errors == 0
     report = []
