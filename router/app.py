@@ -10,8 +10,9 @@ Request flow (``POST /v1/completions``, ``POST /v1/chat/completions``):
 3. decode leg. Remote: a first event that is an error (the KV pull failed) or no first byte within
    ``remote_first_token_s`` (transfer timeout) falls back to a local request on the same decode instance.
    Any route: a decode instance that cannot be reached, answers 5xx, or fails before its first byte is marked
-   unhealthy and the request is retried on another decode instance (``max_decode_attempts``). After the first
-   byte went to the client, a failure ends the stream with a vLLM-style error event and ``[DONE]``;
+   unhealthy and the request is retried on another decode instance (``max_decode_attempts``) with the same body
+   (a remote request keeps its KV parameters: the prefill instance still holds the blocks). After the first byte
+   went to the client, a failure ends the stream with a vLLM-style error event and ``[DONE]``;
 4. record: metrics and one JSONL line (:mod:`router.telemetry`).
 
 Client disconnects cancel the handler, which closes the upstream connection (the instance then aborts).
