@@ -119,7 +119,9 @@ async def test_override_takes_effect_within_one_interval_and_expiry_restores_the
         staging.rename(stack.override_dir / "rag-override.yaml")
         state = await poll_state(stack, lambda s: remote_min_tokens(s["policy"], "rag") == 1024, 10, "the override")
         took_s = time.monotonic() - written
-        assert took_s <= 2 * INTERVAL_S + 0.5, f"override took {took_s:.2f} s"
+        # One interval, plus the tick's own work (Prometheus queries, the PUT) and this test's 0.25 s polling.
+        print(f"override in force after {took_s:.2f} s")
+        assert took_s <= INTERVAL_S + 1.0, f"override took {took_s:.2f} s"
         assert remote_min_tokens(state["policy"], "chat") == 4096, "tenants the override does not name keep theirs"
         assert await asyncio.to_thread(stack.controller.metric, "pdctl_controller_override_active") == 1
         state = await poll_state(stack, lambda s: remote_min_tokens(s["policy"], "rag") == 4096, 15, "expiry")
