@@ -51,6 +51,7 @@ class EmulatorHost:
         self.seed = seed
         self.exit_on_crash = exit_on_crash
         self.instances: list[EmulatedInstance] = []
+        self._peers: dict[str, EmulatedInstance] = {}
 
     async def start(self) -> None:
         """Start every instance (ports 0 pick free ports; see :attr:`urls`)."""
@@ -72,6 +73,7 @@ class EmulatorHost:
                 TransferModel.for_cluster(self.cluster, tp),
                 spec.faults,
                 on_crash=self._crashed,
+                peers=self._peers,
             )
             await instance.start()
             self.instances.append(instance)

@@ -13,7 +13,7 @@ A failed pull follows ``kv_load_failure_policy: fail``: HTTP 500 (non-streaming)
 ``vllm:nixl_num_failed_transfers_total`` increase.
 
 Prefill-side KV blocks are pinned until the decode instance pulls them or the lease expires
-(``kv_lease_duration_s``, 30 s): a pull from an instance in the same process releases them at once; otherwise
+(``kv_lease_duration_s``, 30 s): a pull from an instance of the same host releases them at once; otherwise
 expiry increments ``vllm:nixl_num_kv_expired_reqs_total`` on the prefill instance. The pinned KV occupies the prefill
 engine's capacity (``vllm:kv_cache_usage_perc`` includes it) until then.
 """
@@ -99,10 +99,6 @@ class RequestTracer(Protocol):
         """``num_events`` stream events of the request are about to be written."""
 
 
-_INSTANCES: dict[str, EmulatedInstance] = {}
-"""Instances of this process by engine id: a pull from one of them releases its pinned blocks at once."""
-
-
 class EmulatedInstance:
     """One emulated vLLM server."""
 
@@ -113,6 +109,7 @@ class EmulatedInstance:
         transfer: TransferModel,
         faults: FaultConfig | None = None,
         on_crash: Callable[[EmulatedInstance], None] | None = None,
+        peers: dict[str, EmulatedInstance] | None = None,
     ) -> None:
         self.settings = settings
         self.engine_id = settings.engine_id or str(uuid.UUID(int=zlib.crc32(settings.instance_id.encode()) << 96))
@@ -131,6 +128,8 @@ class EmulatedInstance:
         self._driver: EngineDriver | None = None
         self._runner: web.AppRunner | None = None
         self._on_crash = on_crash
+        self._peers: dict[str, EmulatedInstance] = peers if peers is not None else {}
+        """Instances sharing a host, by engine id: a pull from one of them releases its pinned blocks at once."""
         self._pinned: dict[str, asyncio.TimerHandle] = {}
         self._active: dict[asyncio.Task[Any], asyncio.Transport | None] = {}
         self._crash_timer: asyncio.TimerHandle | None = None
@@ -167,7 +166,7 @@ class EmulatedInstance:
         site = web.TCPSite(self._runner, self.settings.host, self.settings.port, reuse_address=True)
         await site.start()
         self.port = int(self._runner.addresses[0][1])
-        _INSTANCES[self.engine_id] = self
+        self._peers[self.engine_id] = self
         crash_after = self.faults.config.crash_after_s
         if crash_after is not None:
             self._crash_timer = asyncio.get_running_loop().call_later(crash_after, self.crash)
@@ -177,7 +176,7 @@ class EmulatedInstance:
 
     async def stop(self) -> None:
         """Stop serving and release everything."""
-        _INSTANCES.pop(self.engine_id, None)
+        self._peers.pop(self.engine_id, None)
         if self._crash_timer is not None:
             self._crash_timer.cancel()
         for timer in self._pinned.values():
@@ -320,7 +319,7 @@ class EmulatedInstance:
             wait_s = self.transfer.duration_s(pulled, remote_tp) + self.faults.config.transfer_delay_s
             await self._driver.deferred(wait_s)
             deferred_s = wait_s
-            _release_remote(params)
+            self._release_remote(params)
             m = self.metrics
             m.external_prefix_cache_queries.inc(max(parsed.prompt_tokens - hit, 0))
             if self.faults.transfer_fails():
@@ -469,6 +468,11 @@ class EmulatedInstance:
             if self._driver is not None:
                 self._driver.release(engine_request_id)
 
+    def _release_remote(self, params: dict[str, Any]) -> None:
+        owner = self._peers.get(str(params.get("remote_engine_id")))
+        if owner is not None:
+            owner.release(str(params.get("remote_request_id")))
+
     def release(self, engine_request_id: str) -> None:
         """The decode instance pulled (or gave up on) the blocks of ``engine_request_id``: unpin them."""
         timer = self._pinned.pop(engine_request_id, None)
@@ -476,12 +480,6 @@ class EmulatedInstance:
             timer.cancel()
             if self._driver is not None:
                 self._driver.release(engine_request_id)
-
-
-def _release_remote(params: dict[str, Any]) -> None:
-    owner = _INSTANCES.get(str(params.get("remote_engine_id")))
-    if owner is not None:
-        owner.release(str(params.get("remote_request_id")))
 
 
 def _as_int(value: object, default: int) -> int:
