@@ -278,3 +278,46 @@ def test_fast_parser_equals_prometheus_client_on_real_expositions() -> None:
 def test_malformed_exposition_is_refused_whole() -> None:
     with pytest.raises(ValueError, match="Invalid labels"):
         parse_exposition('m{a="1",garbage,b="2"} 3\n', {}, {})
+
+
+values = st.floats(min_value=0.0, max_value=1e6, allow_nan=False, allow_infinity=False)
+
+
+@given(
+    finished=st.lists(st.tuples(st.sampled_from(["a", "b"]), st.sampled_from(["remote_prefill", "local_prefill"]),
+                                st.sampled_from(["ok", "error"]), values), max_size=8),
+    queue=st.lists(st.tuples(st.sampled_from(["p0", "d0", "d1"]), values, values), max_size=6),
+    kv=st.lists(st.tuples(st.sampled_from(["p0", "d0", "d1"]), st.floats(0.0, 1.0)), max_size=3,
+                unique_by=lambda x: x[0]),
+    window_s=st.floats(0.5, 120.0),
+)  # fmt: skip
+def test_window_fields_are_finite_fractions_in_range_or_unknown(
+    finished: list[tuple[str, str, str, float]],
+    queue: list[tuple[str, float, float]],
+    kv: list[tuple[str, float]],
+    window_s: float,
+) -> None:
+    results = {
+        R["requests"]: [({"tenant": t, "route": r, "outcome": o}, v) for t, r, o, v in finished],
+        INST["queue_sum"]: [({"instance_id": i}, s) for i, s, _ in queue],
+        INST["queue_count"]: [({"instance_id": i}, c) for i, _, c in queue],
+        INST["kv_usage"]: [({"instance_id": i}, v) for i, v in kv],
+    }
+    window = WindowBuilder().build(Readout(results, window_s, 0.0), TOPOLOGY, ["a", "b"], ["g"], 0.0, 0.0)
+    for tenant in window.tenants.values():
+        for name in ("remote_prefill_frac", "slo_attainment_frac"):
+            value = getattr(tenant, name)
+            assert value is None or 0.0 <= value <= 1.0
+        for name in ("request_rate_rps", "failed_rate_rps"):
+            value = getattr(tenant, name)
+            assert value is None or (math.isfinite(value) and value >= 0.0)
+        if tenant.request_rate_rps is not None and tenant.failed_rate_rps is not None:
+            assert tenant.failed_rate_rps <= tenant.request_rate_rps + 1e-9
+    group = window.groups["g"]
+    for name in ("decode_kv_usage_frac", "prefill_kv_usage_frac"):
+        value = getattr(group, name)
+        assert value is None or 0.0 <= value <= 1.0
+    wait = group.prefill_queue_wait_s
+    prefill = [(s, c) for i, s, c in queue if i == "p0"]
+    if wait is not None:
+        assert wait == pytest.approx(sum(s for s, _ in prefill) / sum(c for _, c in prefill))
