@@ -699,9 +699,9 @@ class InstanceEngine:
         heap = self._finish_heap
         steps = self.steps
         while heap and heap[0][0] <= steps:
-            finish_step, _, request = heapq.heappop(heap)
-            if request.phase != Phase.DECODING or request.finish_step != finish_step:
-                continue  # stale entry (preempted or aborted)
+            finish_step, order, request = heapq.heappop(heap)
+            if request.phase != Phase.DECODING or request.finish_step != finish_step or request._order != order:
+                continue  # stale entry (preempted or aborted; a re-admitted request has a new order)
             self._leave_decode(request)
             self._finish(request, end_s)
             out.append(request)
@@ -764,7 +764,11 @@ class InstanceEngine:
         done = 0
         elapsed = 0.0
         while True:
-            while heap and (heap[0][2].phase != Phase.DECODING or heap[0][2].finish_step != heap[0][0]):
+            while heap and (
+                heap[0][2].phase != Phase.DECODING
+                or heap[0][2].finish_step != heap[0][0]
+                or heap[0][2]._order != heap[0][1]
+            ):
                 pop(heap)
             to_finish = heap[0][0] - steps0 - done if heap else max_steps
             length = min(to_finish, free // batch, max_steps - done)
@@ -791,7 +795,7 @@ class InstanceEngine:
             while heap and heap[0][0] == finish_step:
                 entry = pop(heap)
                 request = entry[2]
-                if request.phase != Phase.DECODING or request.finish_step != finish_step:
+                if request.phase != Phase.DECODING or request.finish_step != finish_step or request._order != entry[1]:
                     continue
                 finishers.append(entry)
                 finish_times.append(elapsed)

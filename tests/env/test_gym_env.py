@@ -167,3 +167,14 @@ def test_shipped_scenarios_fit_the_default_layout() -> None:
         env = PDClusterEnv(path)
         assert env.scenario.duration_s <= 1800
         assert {g.gpu_budget for g in env.groups} <= {8, 16}
+
+
+def test_preempted_and_readmitted_request_finishes_once() -> None:
+    # Regression (env.sim.engine): a request preempted under KV pressure and re-admitted could rejoin decoding
+    # with the same finish step as its stale heap entry and be finished twice (KeyError in commit_decode_run).
+    from agents.evaluate import RunSpec, run_one
+    from env.gym_env import SCENARIO_DIR
+
+    result = run_one(RunSpec("baseline:dynamo-load", str(SCENARIO_DIR / "batch-summarization-8.yaml"), 1))
+    total = next(r for r in result.rows if r["tenant"] == "ALL")
+    assert total["finished"] <= total["arrived"]
