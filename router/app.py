@@ -214,6 +214,8 @@ class Router:
                 ok = resp.status == 200
         except _UPSTREAM_ERRORS:
             ok = False
+        if ok and not inst.healthy:
+            self.planner.tracker(inst).clear()  # back after a failure: assume it restarted with an empty cache
         inst.healthy = ok
         if ok:
             inst.consecutive_failures = 0
