@@ -8,7 +8,8 @@
   prompts routed to it (bounded by ``prefix_blocks_per_instance``, roughly its KV capacity in blocks). The hit
   estimate for a new prompt is the number of its leading blocks in that set times the block size. It
   over-estimates when the instance evicted blocks the router still remembers, and ignores hits from traffic
-  that bypassed the router.
+  that bypassed the router. An instance that passes a health check after failing one is assumed to have
+  restarted, and its set is cleared.
 * **Prefill queue wait** of a prefill instance: prompt tokens in flight on it divided by its prefill throughput;
   the throughput starts at ``prefill_tokens_per_s`` and follows (EWMA) the rate measured on prefill legs that
   ran alone on their instance.
