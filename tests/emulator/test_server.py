@@ -137,9 +137,10 @@ async def test_ttft_follows_the_engine_model_in_scaled_time(session: aiohttp.Cli
             await resp.content.readany()
             wall_ttft = loop_time() - start
             await resp.read()
-        assert step_s * time_scale * 0.95 < wall_ttft < step_s * time_scale + 0.03
+        # never faster than the model; later only by event-loop latency (generous bound for loaded CI machines)
+        assert step_s * time_scale * 0.95 < wall_ttft < step_s * time_scale * 1.5 + 0.05
         ttft_sum = await _metric(session, host.urls["d0"], "vllm:time_to_first_token_seconds_sum{")
-        assert step_s * 0.95 < ttft_sum < step_s + 0.03 / time_scale  # metrics are in emulated seconds
+        assert ttft_sum == pytest.approx(wall_ttft / time_scale, rel=0.2)  # metrics are in emulated seconds
     finally:
         await host.stop()
 
@@ -173,6 +174,6 @@ async def test_slow_instance_takes_slow_factor_longer(session: aiohttp.ClientSes
             async with session.post(url + "/v1/completions", json={"prompt": prompt_text(2000), "max_tokens": 20}) as r:
                 assert r.status == 200
             durations[name] = loop.time() - start
-        assert 3.0 < durations["slow"] / durations["fast"] < 4.5
+        assert 2.5 < durations["slow"] / durations["fast"] < 5.0
     finally:
         await host.stop()
