@@ -1,0 +1,1058 @@
+"""Capacity planning with the simulator: which P:D split and routing threshold serve a workload best at its SLO.
+
+:func:`plan` searches static configurations of one tenant group of ``N`` GPUs (``N // tp`` instances):
+
+* **aggregated** — every instance serves prefill and decode (``aggregated`` role, every request local);
+* **disaggregated** ``P:D`` with ``P + D = N // tp`` and ``P, D ≥ 1``, under one route level for every tenant:
+  ``always_remote`` (every prompt prefilled remotely) or ``remote>=T`` for T in ``levels_tokens`` (the
+  project's rule with a crisp threshold: inputs ≥ T tokens, after prefix-cache hits, go remote; the seed's
+  prefill-queue overload fallback stays on; no decode-pressure or expected-output condition).
+
+**Score.** A configuration's capacity is its *maximum sustainable rate*: the largest multiplier ``m`` of the
+workload's request rate at which ≥ ``target_frac`` (90 %) of the arrived requests meet both their TTFT and
+TPOT objectives, found by bisection over ``m`` (to a relative precision ``rate_tolerance_frac``). Every probe
+is one simulator run of ``horizon_s`` seconds of arrivals (plus a drain), on the same seed for every
+configuration (common random numbers), scored by the simulator's own summary
+(:func:`env.sim.summary.summarize`: goodput = requests meeting both objectives per second of horizon;
+attainment here is over *arrived* requests, so unfinished and rejected requests count as misses, as in
+:mod:`agents.evaluate`). The best configuration has the highest sustainable rate; ties (equal within the
+precision) go to the higher attainment at the first failing probe, then the higher goodput at the workload's
+own rate, then the simpler configuration (aggregated, then fewer prefill instances).
+
+**Search** (AIConfigurator-style offline sweep, made cheap):
+
+1. *Shared bisection with elimination.* All candidates are probed at one rate multiplier at a time. The
+   ladder doubles (or halves) from 1 until no candidate passes; candidates failing a rung are rejected there
+   (their capacity is below a rung some other candidate sustains: dominated). The survivors are bisected
+   together; at each probe the ones that fail drop out. Low rungs are cheap (few requests), and most
+   candidates leave early.
+2. *Coarse to fine over splits.* The first round runs aggregated plus the splits at about 1/4, 1/2 and 3/4 of
+   the instances (and 1 and N-1) under every route level. The second round runs every split within one coarse
+   step of the best one under the best two levels, starting from the capacity already known (so a weaker
+   candidate is rejected by one probe). The third runs every level at the best split and its neighbours.
+   ``exhaustive=True`` runs one round over every candidate (the reference the tests compare with).
+
+Probes run in parallel processes and are cached as JSON files keyed by a content hash of the scenario, the
+configuration, the rate multiplier, the seed and the code version (the source of the simulator, performance
+model, workloads, routing and this module). Everything is seeded; results do not depend on ``workers``.
+
+Besides the best configuration the result carries every probe (goodput at the SLO per configuration and rate),
+the workload's own-rate goodput of every configuration reached, and the **Pareto front of goodput per GPU
+versus offered rate**: the leading configurations are run on a common rate grid (fractions of the best
+capacity) and, at each rate, the configuration with the highest goodput per GPU is on the front (the others
+are dominated at that rate). :func:`policy_document` turns the best configuration into a per-tenant policy file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from env.perf.profile import OperatorProfile, ProfileError
+from env.scenario import ClusterConfig, Scenario, ScenarioError, SloConfig, TenantConfig, load_scenario
+from env.workloads.config import WorkloadConfig, parse_workload_config
+from env.workloads.errors import WorkloadError
+from policies.schema import FallbackAction, RouteRule, RoutingThresholds
+
+__all__ = [
+    "AGGREGATED",
+    "ALWAYS_REMOTE",
+    "DEFAULT_LEVELS_TOKENS",
+    "PLAN_VERSION",
+    "PlanConfig",
+    "PlanInputError",
+    "PlanResult",
+    "Probe",
+    "candidate_configs",
+    "configured_scenario",
+    "load_plan_scenario",
+    "parse_slo",
+    "plan",
+    "policy_document",
+]
+
+PLAN_VERSION = 1
+"""Bump when the meaning of a cached probe changes in a way the code hash does not see."""
+AGGREGATED = "aggregated"
+ALWAYS_REMOTE = "always_remote"
+DEFAULT_LEVELS_TOKENS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
+GROUP_NAME = "main"
+_REPO_ROOT = Path(__file__).resolve().parents[1]
+_CODE_PATHS = ("env/sim", "env/perf", "env/workloads", "env/scenario.py", "policies/routing.py", "policies/schema.py")
+_PARETO_GRID_FRACS = (0.25, 0.5, 0.75, 1.0, 1.25)
+_MIN_INDEX_DOUBLINGS = -6
+_MAX_INDEX_DOUBLINGS = 8
+"""The rate ladder spans multipliers 2**-6 .. 2**8."""
+
+
+class PlanInputError(ValueError):
+    """Bad planner input; ``str()`` is one line naming the file or field."""
+
+
+# ------------------------------------------------------------------------------------------------ SLO syntax
+
+_SLO_FIELDS = ("ttft_p95", "ttft_p99", "tpot_p95", "tpot_p99")
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s)?\s*$")
+
+
+def parse_slo(text: str) -> SloConfig:
+    """Parse ``ttft_p95=2s,tpot_p95=80ms`` (fields ttft/tpot × p95/p99; units ``s`` or ``ms``, bare = s).
+
+    Raises:
+        PlanInputError: bad syntax, an unknown or repeated field, or a non-positive value (the field named).
+    """
+    values: dict[str, float] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        name, sep, raw = part.partition("=")
+        name = name.strip()
+        if not sep:
+            raise PlanInputError(f"--slo: {part.strip()!r}: expected FIELD=VALUE (e.g. ttft_p95=2s)")
+        if name not in _SLO_FIELDS:
+            raise PlanInputError(f"--slo: {name!r}: unknown field (known: {', '.join(_SLO_FIELDS)})")
+        if name in values:
+            raise PlanInputError(f"--slo: {name}: given twice")
+        match = _DURATION.match(raw)
+        if match is None:
+            raise PlanInputError(f"--slo: {name}: {raw.strip()!r} is not a duration (e.g. 2s or 80ms)")
+        seconds = float(match.group(1)) / (1000.0 if match.group(2) == "ms" else 1.0)
+        if not seconds > 0 or not math.isfinite(seconds):
+            raise PlanInputError(f"--slo: {name}: must be positive")
+        values[f"{name}_s"] = seconds
+    if not values:
+        raise PlanInputError("--slo: no objective given (e.g. ttft_p95=2s,tpot_p95=80ms)")
+    return SloConfig(**values)
+
+
+# ------------------------------------------------------------------------------------------------ configurations
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PlanConfig:
+    """One static configuration: instance counts and the route level of every tenant."""
+
+    num_prefill: int
+    num_decode: int
+    route: str
+    """``aggregated``, ``always_remote`` or ``remote>=T``."""
+
+    @property
+    def is_aggregated(self) -> bool:
+        """Aggregated serving (no prefill pool)."""
+        return self.route == AGGREGATED
+
+    @property
+    def min_remote_input_tokens(self) -> int | None:
+        """T of a ``remote>=T`` level (0 for always remote, None when aggregated)."""
+        if self.route == ALWAYS_REMOTE:
+            return 0
+        if self.route.startswith("remote>="):
+            return int(self.route.removeprefix("remote>="))
+        return None
+
+    @property
+    def label(self) -> str:
+        """Short human form, e.g. ``4P:12D remote>=2048`` or ``aggregated x16``."""
+        if self.is_aggregated:
+            return f"aggregated x{self.num_decode}"
+        return f"{self.num_prefill}P:{self.num_decode}D {self.route}"
+
+    def thresholds(self) -> RoutingThresholds:
+        """The routing thresholds every tenant gets under this configuration."""
+        if self.is_aggregated:
+            return RoutingThresholds(rule=RouteRule.AGGREGATED_ONLY)
+        if self.route == ALWAYS_REMOTE:
+            return RoutingThresholds(rule=RouteRule.ALWAYS_REMOTE)
+        tokens = self.min_remote_input_tokens
+        if tokens is None or tokens < 1:
+            raise ValueError(f"unknown route level {self.route!r}")
+        return RoutingThresholds(
+            rule=RouteRule.PDCTL,
+            min_remote_input_tokens=tokens,
+            max_local_input_tokens=tokens - 1,
+            min_expected_output_tokens=0,
+            require_decode_pool_pressure=False,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {"num_prefill": self.num_prefill, "num_decode": self.num_decode, "route": self.route}
+
+
+def route_levels(levels_tokens: Sequence[int]) -> list[str]:
+    """The disaggregated route levels: always remote, then ``remote>=T`` for each T."""
+    return [ALWAYS_REMOTE, *(f"remote>={t}" for t in sorted(set(levels_tokens)))]
+
+
+def candidate_configs(num_instances: int, levels_tokens: Sequence[int] = DEFAULT_LEVELS_TOKENS) -> list[PlanConfig]:
+    """Every configuration of ``num_instances``: aggregated, then each split P:D under each route level."""
+    if num_instances < 1:
+        raise PlanInputError("--gpus: not enough GPUs for one instance at this TP")
+    out = [PlanConfig(0, num_instances, AGGREGATED)]
+    for num_prefill in range(1, num_instances):
+        out.extend(PlanConfig(num_prefill, num_instances - num_prefill, lvl) for lvl in route_levels(levels_tokens))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ the workload
+
+
+def load_plan_scenario(
+    source: str | Path,
+    *,
+    gpus: int | None,
+    slo: SloConfig | None = None,
+    model_profile: str | None = None,
+    tp: int | None = None,
+    horizon_s: float = 120.0,
+    seed: int = 0,
+    traces_dir: str | Path | None = None,
+) -> Scenario:
+    """The scenario the planner searches: the source's tenants in one group of ``gpus`` GPUs.
+
+    ``source`` is a scenario YAML (its cluster and tenants; groups are merged into one), a fitted-workload file
+    of ``pdctl profile --emit-workload`` (tenant → workload), an Azure CSV, a Mooncake JSONL, a router JSONL log
+    (fitted with :func:`env.profiling.fit.fit_workload`) or a ServeGen folder. Trace replays take the first
+    ``horizon_s`` seconds of the trace (repeated when the rate multiplier compresses them). ``slo`` replaces
+    every tenant's objectives (required when the source carries none).
+
+    Raises:
+        PlanInputError: a missing or invalid source or option (one line naming the file or field).
+    """
+    path = Path(source)
+    if not path.exists():
+        raise PlanInputError(f"{path}: no such file or folder")
+    base_cluster = ClusterConfig()
+    if path.suffix.lower() in (".yaml", ".yml"):
+        tenants, cluster, default_gpus = _yaml_source(path, traces_dir)
+        base_cluster = cluster or base_cluster
+    else:
+        tenants, default_gpus = _trace_source(path, horizon_s), None
+    budget = gpus if gpus is not None else default_gpus
+    if budget is None:
+        raise PlanInputError("--gpus: required for this source (the GPU budget to plan)")
+    if budget < 1:
+        raise PlanInputError(f"--gpus: must be at least 1 (got {budget})")
+    cluster_update: dict[str, Any] = {"prefill_tp": None}
+    if model_profile is not None:
+        cluster_update["profile"] = model_profile
+    if tp is not None:
+        cluster_update["tp"] = tp
+    cluster = base_cluster.model_copy(update=cluster_update)
+    if budget // cluster.tp < 1:
+        raise PlanInputError(f"--gpus: {budget} GPUs hold no instance at TP {cluster.tp}")
+    out_tenants = []
+    for tenant in tenants:
+        tenant_slo = slo if slo is not None else tenant.slo
+        if tenant_slo.to_slo().ttft_target_s() == math.inf and tenant_slo.to_slo().tpot_target_s() == math.inf:
+            raise PlanInputError(f"--slo: required (tenant {tenant.name!r} of {path} has no objective)")
+        out_tenants.append(tenant.model_copy(update={"slo": tenant_slo, "group": GROUP_NAME}))
+    data = {
+        "name": f"plan-{_slug(path.stem)}",
+        "description": f"pdctl plan of {path}",
+        "duration_s": horizon_s,
+        "drain_s": 300.0,
+        "control_interval_s": 10.0,
+        "seed": seed,
+        "cluster": cluster.model_dump(),
+        "tenant_groups": [{"name": GROUP_NAME, "gpu_budget": budget, "decode": budget // cluster.tp}],
+        "tenants": [t.model_dump() for t in out_tenants],
+    }
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValueError as exc:
+        first = str(exc).splitlines()
+        raise PlanInputError(f"{path}: {first[-1].strip() if first else exc}") from None
+    _check_profile(scenario)
+    return scenario
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "workload"
+
+
+def _check_profile(scenario: Scenario) -> None:
+    try:
+        _profile_cached(scenario.cluster.profile, str(scenario.cluster.profile_dir))
+    except (ProfileError, KeyError, OSError) as exc:
+        message = str(exc).strip("'\"")
+        raise PlanInputError(f"--model-profile: {scenario.cluster.profile}: {message}") from None
+
+
+@cache
+def _profile_cached(name: str, directory: str) -> OperatorProfile:
+    from env.perf.profile import load_operator_profile
+
+    return load_operator_profile(name, None if directory == "None" else directory)
+
+
+def _yaml_source(path: Path, traces_dir: str | Path | None) -> tuple[list[TenantConfig], ClusterConfig | None, int]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanInputError(f"{path}: cannot read ({exc})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise PlanInputError(f"{path}{line}: not valid YAML") from None
+    if isinstance(data, dict) and "tenants" in data:
+        try:
+            scenario = load_scenario(path, traces_dir=traces_dir)
+        except ScenarioError as exc:
+            raise PlanInputError(exc.problems[0]) from None
+        return list(scenario.tenants), scenario.cluster, sum(g.gpu_budget for g in scenario.tenant_groups)
+    if not isinstance(data, dict) or not data:
+        raise PlanInputError(f"{path}: expected a scenario or a fitted-workload file (tenant: workload)")
+    tenants = []
+    for name, spec in data.items():
+        try:
+            workload: WorkloadConfig = parse_workload_config(spec)
+            tenants.append(TenantConfig(name=str(name), group=GROUP_NAME, workload=workload))
+        except ValueError as exc:
+            detail = str(exc).splitlines()
+            raise PlanInputError(f"{path}: {name}: not a workload ({detail[-1].strip() if detail else exc})") from None
+    return tenants, None, 0
+
+
+def _trace_source(path: Path, horizon_s: float) -> list[TenantConfig]:
+    from env.profiling.sources import detect_source_kind, load_records
+
+    try:
+        kind = detect_source_kind(str(path))
+    except WorkloadError as exc:
+        raise PlanInputError(str(exc).splitlines()[0]) from None
+    spec: dict[str, Any]
+    window = {"start_s": 0.0, "duration_s": horizon_s, "repeat": True}
+    if kind == "azure":
+        spec = {"kind": "trace_azure", "path": str(path), **window}
+    elif kind == "mooncake":
+        spec = {"kind": "trace_mooncake", "path": str(path), **window}
+    elif kind == "servegen":
+        spec = {"kind": "servegen", "path": str(path), "start_s": 0.0, "duration_s": horizon_s}
+    elif kind == "router":
+        from env.profiling.fit import fit_workload
+
+        try:
+            records, _ = load_records(str(path), "router")
+            return [TenantConfig(name="default", group=GROUP_NAME, workload=fit_workload(records))]
+        except (WorkloadError, ValueError) as exc:
+            raise PlanInputError(f"{path}: cannot fit a workload ({str(exc).splitlines()[0]})") from None
+    else:  # pragma: no cover - detect_source_kind returns prometheus only for URLs, refused above
+        raise PlanInputError(f"{path}: not a trace file")
+    return [TenantConfig(name="default", group=GROUP_NAME, workload=parse_workload_config(spec))]
+
+
+def configured_scenario(scenario: Scenario, config: PlanConfig, rate_scale: float = 1.0) -> Scenario:
+    """``scenario`` with its group deployed as ``config`` and every tenant's rate multiplied by ``rate_scale``."""
+    from agents.evaluate import scale_rates
+
+    group = scenario.tenant_groups[0]
+    if config.is_aggregated:
+        pools = {"prefill": 0, "decode": 0, "aggregated": config.num_decode}
+    else:
+        pools = {"prefill": config.num_prefill, "decode": config.num_decode, "aggregated": 0}
+    deployed = scenario.model_copy(update={"tenant_groups": [group.model_copy(update=pools)]})
+    return scale_rates(deployed, rate_scale)
+
+
+# ------------------------------------------------------------------------------------------------ probes
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One simulator run: a configuration at a rate multiplier, and how it met the SLO."""
+
+    config: PlanConfig
+    rate_scale: float
+    offered_rps: float
+    """Arrived requests per second of horizon."""
+    goodput_rps: float
+    slo_attainment_frac: float
+    goodput_per_gpu_rps: float
+    num_arrived: int
+    remote_prefill_frac: float
+    wall_s: float
+    complete: bool = True
+    """False when the run stopped early because the attainment could no longer reach the target (bounds only)."""
+    cached: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        out = asdict(self)
+        out["config"] = self.config.as_dict()
+        out["label"] = self.config.label
+        return out
+
+
+@cache
+def code_version() -> str:
+    """Hash of the source that decides what a probe returns (simulator, perf model, workloads, routing, planner)."""
+    digest = hashlib.sha256(f"plan-v{PLAN_VERSION}".encode())
+    files: list[Path] = [Path(__file__)]
+    for rel in _CODE_PATHS:
+        target = _REPO_ROOT / rel
+        files.extend(sorted(target.rglob("*.py")) if target.is_dir() else [target])
+    for file in files:
+        digest.update(file.relative_to(_REPO_ROOT).as_posix().encode())
+        digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _inputs_fingerprint(scenario: Scenario) -> list[Any]:
+    """Size and mtime of every file a workload reads (traces are not hashed byte by byte)."""
+    out: list[Any] = []
+    for tenant in scenario.tenants:
+        path = getattr(tenant.workload, "path", None)
+        if path is None:
+            continue
+        p = Path(path)
+        files = sorted(p.iterdir()) if p.is_dir() else [p]
+        out.append([[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files if f.exists()])
+    return out
+
+
+def probe_key(scenario: Scenario, config: PlanConfig, rate_scale: float) -> str:
+    """Content hash of one probe (scenario, configuration, multiplier, seed, code version)."""
+    payload = {
+        "scenario": scenario.model_dump(mode="json"),
+        "inputs": _inputs_fingerprint(scenario),
+        "config": config.as_dict(),
+        "rate_scale": round(rate_scale, 12),
+        "code": code_version(),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+
+
+_WORKER_SCENARIO: Scenario | None = None
+
+
+def _init_worker(scenario_json: str) -> None:
+    global _WORKER_SCENARIO
+    _WORKER_SCENARIO = Scenario.model_validate_json(scenario_json)
+
+
+def _run_probe_in_worker(config: PlanConfig, rate_scale: float, stop_below_frac: float | None) -> Probe:
+    assert _WORKER_SCENARIO is not None
+    return run_probe(_WORKER_SCENARIO, config, rate_scale, stop_below_frac)
+
+
+def run_probe(scenario: Scenario, config: PlanConfig, rate_scale: float, stop_below_frac: float | None = None) -> Probe:
+    """Simulate ``config`` at ``rate_scale`` for the scenario's horizon, drain, and score (no cache).
+
+    With ``stop_below_frac`` the run stops as soon as so many requests have missed their SLO (failed, or
+    finished late) that the attainment cannot reach it; the probe is then marked incomplete (attainment and
+    goodput are bounds: it failed).
+    """
+    from env.sim.build import build_simulator, generate_workloads
+    from env.sim.summary import summarize
+
+    start = time.perf_counter()
+    deployed = configured_scenario(scenario, config, rate_scale)
+    profile = _profile_cached(deployed.cluster.profile, str(deployed.cluster.profile_dir))
+    workloads = generate_workloads(deployed, deployed.seed)
+    thresholds = {t.name: config.thresholds() for t in deployed.tenants}
+    sim = build_simulator(deployed, thresholds, deployed.seed, profile=profile, workloads=workloads)
+    horizon_s = deployed.duration_s
+    end_s = horizon_s + deployed.drain_s
+    complete = True
+    if stop_below_frac is None:
+        sim.run(max_time_s=end_s)
+    else:
+        complete = _run_until_hopeless(sim, end_s, horizon_s / _CHECKS_PER_HORIZON, stop_below_frac)
+    summary = summarize(sim, time.perf_counter() - start, deployed.name, config.label, deployed.seed, horizon_s)
+    arrived = sim.num_requests if not complete else sum(t.arrived for t in summary.tenants)
+    met = sum(round((t.goodput_rps or 0.0) * horizon_s) for t in summary.tenants)
+    routed = sum(t.arrived - t.failed for t in summary.tenants)
+    remote = sum((t.remote_prefill_frac or 0.0) * (t.arrived - t.failed) for t in summary.tenants)
+    gpus = deployed.tenant_groups[0].gpu_budget
+    return Probe(
+        config=config,
+        rate_scale=rate_scale,
+        offered_rps=arrived / horizon_s,
+        goodput_rps=met / horizon_s,
+        slo_attainment_frac=(arrived - _misses(sim)) / arrived if not complete else (met / arrived if arrived else 0.0),
+        goodput_per_gpu_rps=met / horizon_s / gpus,
+        num_arrived=arrived,
+        remote_prefill_frac=remote / routed if routed else 0.0,
+        wall_s=time.perf_counter() - start,
+        complete=complete,
+    )
+
+
+_CHECKS_PER_HORIZON = 10
+
+
+def _misses(sim: Any) -> int:
+    """Requests already lost: failed, or finished outside their tenant's TTFT or TPOT objective."""
+    late = 0
+    for ti, finished in enumerate(sim.finished):
+        ttft_s, tpot_s = sim.slo_ttft_s[ti], sim.slo_tpot_s[ti]
+        late += sum(1 for r in finished if r.ttft_s > ttft_s or r.tpot_s > tpot_s)
+    return int(sim.num_failed) + late
+
+
+def _run_until_hopeless(sim: Any, end_s: float, step_s: float, target_frac: float) -> bool:
+    """Run to ``end_s`` in steps; stop early (returning False) once attainment < ``target_frac`` is certain."""
+    allowed = (1.0 - target_frac) * sim.num_requests
+    counted = [0] * len(sim.finished)
+    late = 0
+    t = 0.0
+    while t < end_s:
+        t = min(t + step_s, end_s)
+        sim.run_until(t)
+        for ti, finished in enumerate(sim.finished):
+            ttft_s, tpot_s = sim.slo_ttft_s[ti], sim.slo_tpot_s[ti]
+            late += sum(1 for r in finished[counted[ti] :] if r.ttft_s > ttft_s or r.tpot_s > tpot_s)
+            counted[ti] = len(finished)
+        if late + sim.num_failed > allowed:
+            return False
+        if sim.num_in_flight == 0 and sim.num_arrived == sim.num_requests:
+            return True
+    return True
+
+
+class ProbeRunner:
+    """Runs probes in parallel, caches them on disk and in memory, and reports progress."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        workers: int = 1,
+        cache_dir: Path | None = None,
+        progress: Callable[[int, int, str], None] | None = None,
+        stop_below_frac: float | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.stop_below_frac = stop_below_frac
+        self.workers = max(int(workers), 1)
+        self.cache_dir = cache_dir
+        self.progress = progress
+        self.probes: dict[tuple[PlanConfig, float], Probe] = {}
+        self.num_submitted = 0
+        self.num_done = 0
+        self.num_cache_hits = 0
+        self.stage = ""
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> ProbeRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the worker processes."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.workers, initializer=_init_worker, initargs=(self.scenario.model_dump_json(),)
+            )
+        return self._pool
+
+    def _cache_file(self, config: PlanConfig, rate_scale: float) -> Path | None:
+        if self.cache_dir is None:
+            return None
+        key = probe_key(self.scenario, config, rate_scale)
+        return self.cache_dir / key[:2] / f"{key}.json"
+
+    def _report(self) -> None:
+        if self.progress is not None:
+            self.progress(self.num_done, self.num_submitted, self.stage)
+
+    def run(self, pairs: Iterable[tuple[PlanConfig, float]], exact: bool = False) -> list[Probe]:
+        """Probes of ``(config, rate_scale)`` pairs, in order (cached ones are not run again).
+
+        Without ``exact`` a probe may stop early once it has certainly failed (:func:`run_probe`).
+        """
+        wanted = list(dict.fromkeys(pairs))
+        todo: list[tuple[PlanConfig, float]] = []
+        for pair in wanted:
+            known = self.probes.get(pair)
+            if known is not None and (known.complete or not exact):
+                continue
+            self.num_submitted += 1
+            file = self._cache_file(*pair)
+            if file is not None and file.exists():
+                try:
+                    cached = _probe_from_json(json.loads(file.read_text()))
+                except (ValueError, KeyError, TypeError):
+                    cached = None  # a damaged cache entry is recomputed
+                if cached is not None and (cached.complete or not exact):
+                    self.probes[pair] = cached
+                    self.num_cache_hits += 1
+                    self.num_done += 1
+                    continue
+            todo.append(pair)
+        self._report()
+        stop = None if exact else self.stop_below_frac
+        if self.workers == 1 or len(todo) <= 1:
+            for pair in todo:
+                self._store(pair, run_probe(self.scenario, *pair, stop))
+        else:
+            pool = self._executor()
+            futures = [(pair, pool.submit(_run_probe_in_worker, *pair, stop)) for pair in todo]
+            for pair, future in futures:
+                self._store(pair, future.result())
+        return [self.probes[pair] for pair in wanted]
+
+    def _store(self, pair: tuple[PlanConfig, float], probe: Probe) -> None:
+        self.probes[pair] = probe
+        self.num_done += 1
+        file = self._cache_file(*pair)
+        if file is not None:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = file.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(probe.as_dict()) + "\n")
+            tmp.replace(file)
+        self._report()
+
+
+def _probe_from_json(data: Mapping[str, Any]) -> Probe:
+    config = PlanConfig(**data["config"])
+    fields = {k: v for k, v in data.items() if k not in ("config", "label", "cached")}
+    return Probe(config=config, cached=True, **fields)
+
+
+# ------------------------------------------------------------------------------------------------ the search
+
+
+@dataclass(slots=True)
+class Capacity:
+    """What the search knows about one configuration's sustainable rate multiplier: ``lo ≤ capacity < hi``."""
+
+    config: PlanConfig
+    lo: float = 0.0
+    """Highest multiplier sustained (0: none probed was)."""
+    hi: float | None = None
+    """Lowest multiplier that failed (None: none did)."""
+    attainment_at_hi: float = 0.0
+
+
+def grid_scale(index: int, steps_per_doubling: int) -> float:
+    """Rate multiplier of a grid index: ``2 ** (index / steps_per_doubling)`` (every stage probes this grid)."""
+    return float(2.0 ** (index / steps_per_doubling))
+
+
+def _shared_bisection(
+    runner: ProbeRunner,
+    configs: Sequence[PlanConfig],
+    *,
+    target_frac: float,
+    steps_per_doubling: int,
+    start_index: int = 0,
+    start_is_floor: bool = False,
+) -> dict[PlanConfig, Capacity]:
+    """Bracket every config's capacity by probing all live ones at one grid multiplier at a time.
+
+    The ladder doubles (halves) from ``start_index`` until no live config passes; the survivors of the last
+    passing rung are bisected on the grid down to one step. With ``start_is_floor`` some config is known to
+    sustain the start: configs failing there are rejected at once (no halving), and the next probe is one grid
+    step up (the configs passing it beat the known one; those failing it tie with it).
+    """
+    caps = {c: Capacity(c) for c in configs}
+    span = steps_per_doubling
+
+    def probe(index: int, members: Sequence[PlanConfig]) -> list[PlanConfig]:
+        level = grid_scale(index, span)
+        passed = []
+        for p in runner.run((c, level) for c in members):
+            cap = caps[p.config]
+            if p.slo_attainment_frac >= target_frac:
+                cap.lo = max(cap.lo, level)
+                passed.append(p.config)
+            elif cap.hi is None or level < cap.hi:
+                cap.hi = level
+                cap.attainment_at_hi = p.slo_attainment_frac
+        return passed
+
+    alive = list(configs)
+    index = start_index
+    passed = probe(index, alive)
+    while not passed and not start_is_floor and index - span >= _MIN_INDEX_DOUBLINGS * span:
+        index -= span
+        passed = probe(index, alive)
+    if not passed:
+        return caps
+    lo = index
+    step = 1 if start_is_floor else span  # from a known floor, first ask: does anyone beat it by one step?
+    while passed and index + step <= _MAX_INDEX_DOUBLINGS * span:
+        alive, lo = passed, index
+        index += step
+        step = span
+        passed = probe(index, alive)
+    if passed:  # sustained even the largest multiplier
+        return caps
+    hi = index
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        passed = probe(mid, alive)
+        if passed:
+            alive, lo = passed, mid
+        else:
+            hi = mid
+    return caps
+
+
+def _merge(old: Capacity | None, new: Capacity) -> Capacity:
+    """Both stages' knowledge of one config: the higher sustained and the lower failing multiplier."""
+    if old is None:
+        return new
+    merged = Capacity(old.config, max(old.lo, new.lo), old.hi, old.attainment_at_hi)
+    if new.hi is not None and (old.hi is None or new.hi < old.hi):
+        merged.hi, merged.attainment_at_hi = new.hi, new.attainment_at_hi
+    return merged
+
+
+def _coarse_splits(num_instances: int) -> list[int]:
+    if num_instances <= 6:
+        return list(range(1, num_instances))
+    picks = {1, num_instances - 1, *(round(num_instances * f) for f in (0.25, 0.5, 0.75))}
+    return sorted(p for p in picks if 1 <= p < num_instances)
+
+
+@dataclass(slots=True)
+class PlanResult:
+    """What :func:`plan` found (see the module docstring)."""
+
+    scenario: Scenario
+    best: Capacity
+    capacities: list[Capacity]
+    probes: list[Probe]
+    reference: dict[PlanConfig, Probe]
+    pareto: list[dict[str, Any]]
+    curves: dict[str, list[dict[str, Any]]]
+    wall_s: float
+    num_probes: int
+    num_cache_hits: int
+    exhaustive: bool
+    target_frac: float
+    base_rate_rps: float
+    stages: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def gpus(self) -> int:
+        """The planned GPU budget."""
+        return self.scenario.tenant_groups[0].gpu_budget
+
+    @property
+    def max_sustainable_rps(self) -> float:
+        """The best configuration's sustainable request rate (requests per second)."""
+        return self.best.lo * self.base_rate_rps
+
+    def ranked(self) -> list[Capacity]:
+        """Every searched configuration, best first."""
+        return sorted(self.capacities, key=_rank_key(self.reference))
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form (``plan.json``)."""
+        ref = self.reference
+
+        def cap_row(cap: Capacity) -> dict[str, Any]:
+            probe = ref.get(cap.config)
+            return {
+                **cap.config.as_dict(),
+                "label": cap.config.label,
+                "max_rate_scale": cap.lo,
+                "max_sustainable_rps": cap.lo * self.base_rate_rps,
+                "first_failing_scale": cap.hi,
+                "attainment_at_first_failing": cap.attainment_at_hi if cap.hi is not None else None,
+                "goodput_rps_at_workload_rate": None if probe is None else probe.goodput_rps,
+                "slo_attainment_frac_at_workload_rate": None if probe is None else probe.slo_attainment_frac,
+            }
+
+        return {
+            "scenario": self.scenario.model_dump(mode="json"),
+            "gpus": self.gpus,
+            "instances": self.scenario.tenant_groups[0].gpu_budget // self.scenario.cluster.tp,
+            "tp": self.scenario.cluster.tp,
+            "target_frac": self.target_frac,
+            "base_rate_rps": self.base_rate_rps,
+            "best": cap_row(self.best),
+            "max_sustainable_rps": self.max_sustainable_rps,
+            "ranked": [cap_row(c) for c in self.ranked()],
+            "pareto": self.pareto,
+            "curves": self.curves,
+            "probes": [p.as_dict() for p in self.probes],
+            "stages": self.stages,
+            "wall_s": self.wall_s,
+            "num_probes": self.num_probes,
+            "num_cache_hits": self.num_cache_hits,
+            "exhaustive": self.exhaustive,
+            "code_version": code_version(),
+        }
+
+
+def _rank_key(reference: Mapping[PlanConfig, Probe]) -> Callable[[Capacity], tuple[float, ...]]:
+    def key(cap: Capacity) -> tuple[float, ...]:
+        probe = reference.get(cap.config)
+        goodput = probe.goodput_rps if probe is not None else 0.0
+        simple = 0 if cap.config.is_aggregated else 1
+        return (-cap.lo, -cap.attainment_at_hi, -goodput, simple, cap.config.num_prefill, _level_order(cap.config))
+
+    return key
+
+
+def _level_order(config: PlanConfig) -> int:
+    tokens = config.min_remote_input_tokens
+    return -1 if tokens is None else tokens
+
+
+def plan(
+    scenario: Scenario,
+    *,
+    levels_tokens: Sequence[int] = DEFAULT_LEVELS_TOKENS,
+    target_frac: float = 0.9,
+    steps_per_doubling: int = 16,
+    workers: int = 1,
+    cache_dir: Path | None = None,
+    exhaustive: bool = False,
+    pareto: bool = True,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> PlanResult:
+    """Search the configurations of ``scenario``'s GPU budget (see the module docstring)."""
+    start_wall = time.perf_counter()
+    num_instances = scenario.tenant_groups[0].gpu_budget // scenario.cluster.tp
+    everything = candidate_configs(num_instances, levels_tokens)
+    caps: dict[PlanConfig, Capacity] = {}
+    stages: list[dict[str, Any]] = []
+    with ProbeRunner(
+        scenario, workers=workers, cache_dir=cache_dir, progress=progress, stop_below_frac=target_frac
+    ) as runner:
+
+        def stage(name: str, configs: Sequence[PlanConfig], floor: float | None = None) -> None:
+            runner.stage = name
+            before = runner.num_submitted
+            members = list(dict.fromkeys(configs))
+            new = sum(1 for c in members if c not in caps)
+            result = _shared_bisection(
+                runner,
+                members,
+                target_frac=target_frac,
+                steps_per_doubling=steps_per_doubling,
+                start_index=0 if floor is None else round(steps_per_doubling * math.log2(floor)),
+                start_is_floor=floor is not None,
+            )
+            for config, cap in result.items():
+                caps[config] = _merge(caps.get(config), cap)
+            stages.append({"stage": name, "configs": new, "probes": runner.num_submitted - before})
+
+        def leader() -> Capacity:
+            return min(caps.values(), key=_rank_key({}))
+
+        if exhaustive:
+            stage("exhaustive", everything)
+        else:
+            levels = route_levels(levels_tokens)
+            coarse = _coarse_splits(num_instances)
+            coarse_levels = levels if len(levels) <= 3 else [levels[0], *levels[2::2]]
+            stage(
+                "coarse",
+                [everything[0], *(PlanConfig(p, num_instances - p, lvl) for p in coarse for lvl in coarse_levels)],
+            )
+            step = max((b - a for a, b in itertools.pairwise(coarse)), default=1)
+            best, center = leader(), _center(caps.values())
+            fine = [
+                PlanConfig(p, num_instances - p, lvl)
+                for p in range(max(center - step + 1, 1), min(center + step, num_instances))
+                for lvl in _top_levels(caps.values(), 2)
+            ]
+            stage("fine-splits", [best.config, *fine], floor=best.lo if best.lo > 0 else None)
+            best, center = leader(), _center(caps.values())
+            neighbours = [
+                PlanConfig(p, num_instances - p, lvl)
+                for p in range(max(center - 1, 1), min(center + 2, num_instances))
+                for lvl in levels
+            ]
+            stage("fine-levels", [best.config, *neighbours], floor=best.lo if best.lo > 0 else None)
+        runner.stage = "reference rate"
+        reference = {p.config: p for p in runner.run(((c, 1.0) for c in caps), exact=True)}
+        ranked = sorted(caps.values(), key=_rank_key(reference))
+        best = ranked[0]
+        curves: dict[str, list[dict[str, Any]]] = {}
+        front: list[dict[str, Any]] = []
+        if pareto and best.lo > 0:
+            runner.stage = "pareto"
+            front, curves = _pareto(runner, ranked, best.lo)
+        probes = sorted(runner.probes.values(), key=lambda p: (p.config, p.rate_scale))
+        base_rate = _base_rate_rps(probes)
+        return PlanResult(
+            scenario=scenario,
+            best=best,
+            capacities=list(caps.values()),
+            probes=probes,
+            reference=reference,
+            pareto=front,
+            curves=curves,
+            wall_s=time.perf_counter() - start_wall,
+            num_probes=runner.num_submitted,
+            num_cache_hits=runner.num_cache_hits,
+            exhaustive=exhaustive,
+            target_frac=target_frac,
+            base_rate_rps=base_rate,
+            stages=stages,
+        )
+
+
+def _center(caps: Iterable[Capacity]) -> int:
+    """Prefill instances of the best disaggregated configuration (1 when none sustained anything)."""
+    disaggregated = [c for c in caps if not c.config.is_aggregated]
+    if not disaggregated:
+        return 1
+    return min(disaggregated, key=_rank_key({})).config.num_prefill
+
+
+def _top_levels(caps: Iterable[Capacity], count: int) -> list[str]:
+    best_by_level: dict[str, Capacity] = {}
+    key = _rank_key({})
+    for cap in caps:
+        if cap.config.is_aggregated:
+            continue
+        current = best_by_level.get(cap.config.route)
+        if current is None or key(cap) < key(current):
+            best_by_level[cap.config.route] = cap
+    ordered = sorted(best_by_level.values(), key=key)
+    return [c.config.route for c in ordered[:count]]
+
+
+def _base_rate_rps(probes: Sequence[Probe]) -> float:
+    """Offered rate at multiplier 1 (from any probe: offered / multiplier, averaged over the probes at 1)."""
+    at_one = [p.offered_rps for p in probes if p.rate_scale == 1.0]
+    if at_one:
+        return sum(at_one) / len(at_one)
+    return sum(p.offered_rps / p.rate_scale for p in probes) / len(probes) if probes else 0.0
+
+
+def _pareto(
+    runner: ProbeRunner, ranked: Sequence[Capacity], best_scale: float
+) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """Rate curves of the leading configurations and their upper envelope (the front)."""
+    shown: list[PlanConfig] = []
+    best_agg = next((c for c in ranked if c.config.is_aggregated), None)
+    for cap in [*ranked[:2], *([best_agg] if best_agg is not None else [])]:
+        if cap.config not in shown:
+            shown.append(cap.config)
+    scales = [round(best_scale * f, 9) for f in _PARETO_GRID_FRACS]
+    probes = runner.run(((c, s) for c in shown for s in scales), exact=True)
+    curves: dict[str, list[dict[str, Any]]] = {}
+    for p in probes:
+        curves.setdefault(p.config.label, []).append(
+            {
+                "rate_scale": p.rate_scale,
+                "offered_rps": p.offered_rps,
+                "goodput_per_gpu_rps": p.goodput_per_gpu_rps,
+                "slo_attainment_frac": p.slo_attainment_frac,
+            }
+        )
+    front = []
+    for s in scales:
+        at = [p for p in probes if p.rate_scale == s]
+        top = max(at, key=lambda p: (p.goodput_per_gpu_rps, -shown.index(p.config)))
+        front.append(
+            {
+                "rate_scale": s,
+                "offered_rps": top.offered_rps,
+                "goodput_per_gpu_rps": top.goodput_per_gpu_rps,
+                "slo_attainment_frac": top.slo_attainment_frac,
+                "label": top.config.label,
+                **top.config.as_dict(),
+            }
+        )
+    return front, curves
+
+
+# ------------------------------------------------------------------------------------------------ outputs
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000.0, 6)
+
+
+def policy_document(result: PlanResult, source: str = "") -> dict[str, Any]:
+    """A per-tenant policy file (seed format) for the best configuration: thresholds, SLOs, pinned pools."""
+    scenario = result.scenario
+    config = result.best.config
+    group = scenario.tenant_groups[0]
+    thresholds = config.thresholds()
+    pd: dict[str, Any]
+    if config.is_aggregated:
+        pd = {"rule": "aggregated_only"}
+    elif config.route == ALWAYS_REMOTE:
+        pd = {"rule": "always_remote"}
+    else:
+        pd = {
+            "rule": "pdctl",
+            "remote_prefill": {
+                "min_input_tokens": thresholds.min_remote_input_tokens,
+                "max_prefill_queue_wait_ms": _ms(thresholds.max_prefill_queue_wait_s),
+                "min_expected_output_tokens": thresholds.min_expected_output_tokens,
+                "require_decode_pool_pressure": thresholds.require_decode_pool_pressure,
+            },
+            "local_prefill": {
+                "max_input_tokens": thresholds.max_local_input_tokens,
+                "prefer_when_prefix_cache_hit": thresholds.prefer_local_on_prefix_hit,
+            },
+        }
+    fallback = {
+        "on_kv_transfer_timeout": FallbackAction(thresholds.on_kv_transfer_timeout).value,
+        "on_prefill_queue_overload": FallbackAction(thresholds.on_prefill_queue_overload).value,
+    }
+    tenants = []
+    for tenant in scenario.tenants:
+        slo = {
+            f"{name}_ms": _ms(getattr(tenant.slo, f"{name}_s"))
+            for name in _SLO_FIELDS
+            if getattr(tenant.slo, f"{name}_s") is not None
+        }
+        entry: dict[str, Any] = {"name": tenant.name, "group": GROUP_NAME, "priority": tenant.priority, "slo": slo}
+        if tenant.expected_output_tokens is not None:
+            entry["expected_output_tokens"] = tenant.expected_output_tokens
+        tenants.append(entry)
+    num_prefill = 0 if config.is_aggregated else config.num_prefill
+    description = (
+        f"pdctl plan{' of ' + source if source else ''}: {config.label} on {group.gpu_budget} GPUs "
+        f"(TP {scenario.cluster.tp}); sustains x{result.best.lo:.3g} of the workload rate "
+        f"({result.max_sustainable_rps:.3g} req/s) at >= {result.target_frac:.0%} SLO attainment"
+    )
+    return {
+        "version": 1,
+        "description": description,
+        "mode": "aggregated_only" if config.is_aggregated else "disaggregated",
+        "pd_disaggregation_policy": pd,
+        "fallback": fallback,
+        "tenant_groups": [
+            {
+                "name": GROUP_NAME,
+                "gpu_budget": group.gpu_budget,
+                "gpus_per_instance": scenario.cluster.tp,
+                "pools": {
+                    "prefill": {"min": num_prefill, "max": num_prefill},
+                    "decode": {"min": config.num_decode, "max": config.num_decode},
+                },
+            }
+        ],
+        "tenants": tenants,
+    }
+
+
+def best_scenario(result: PlanResult, rate_scale: float = 1.0) -> Scenario:
+    """The searched scenario deployed as the best configuration (what ``pdctl sim`` runs the policy file on)."""
+    return configured_scenario(result.scenario, result.best.config, rate_scale)
