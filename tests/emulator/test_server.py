@@ -140,7 +140,8 @@ async def test_ttft_follows_the_engine_model_in_scaled_time(session: aiohttp.Cli
         # never faster than the model; later only by event-loop latency (generous bound for loaded CI machines)
         assert step_s * time_scale * 0.95 < wall_ttft < step_s * time_scale * 1.5 + 0.05
         ttft_sum = await _metric(session, host.urls["d0"], "vllm:time_to_first_token_seconds_sum{")
-        assert ttft_sum == pytest.approx(wall_ttft / time_scale, rel=0.2)  # metrics are in emulated seconds
+        # metrics are in emulated seconds: at least the modelled step, at most what the client saw
+        assert step_s * 0.95 < ttft_sum <= wall_ttft / time_scale + 1e-3
     finally:
         await host.stop()
 
