@@ -471,7 +471,12 @@ def evaluate(
 
         for path in scenarios:
             result = search(
-                path, workers=workers, cache_dir=grid_cache, traces_dir=traces_dir, progress=on_grid_progress
+                path,
+                seeds=seeds,
+                workers=workers,
+                cache_dir=grid_cache,
+                traces_dir=traces_dir,
+                progress=on_grid_progress,
             )
             grid_points[str(path)] = result["best"]
     specs = [
