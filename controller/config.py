@@ -190,6 +190,12 @@ class ControllerConfig(BaseSettings):
     actuators: list[ActuatorConfig] = Field(default_factory=_default_actuators, description="what decisions drive")
     guard: GuardConfig = GuardConfig()
     rules: RulesConfig = RulesConfig()
+    baseline_params: dict[str, float] = Field(
+        default_factory=dict, description="parameters of a peer baseline (e.g. dynamo-throughput's throughputs)"
+    )
+    mlflow_tracking_uri: str | None = Field(
+        None, description="MLflow tracking URI for registry: policies (default: MLFLOW_TRACKING_URI)"
+    )
     heartbeat_timeout_intervals: Annotated[float, Field(gt=1)] = Field(
         3.0, description="/healthz fails when the last tick is older than this many intervals"
     )

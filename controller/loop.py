@@ -26,6 +26,7 @@ from controller.audit import AuditLog
 from controller.clock import Clock
 from controller.logs import TICK_LOGGER
 from controller.overrides import OverridePoll, OverrideWatcher
+from controller.policy_registry import RegistryPolicy
 from controller.runtime import Runtime
 from controller.sources.base import Topology
 from controller.telemetry import Telemetry
@@ -180,10 +181,23 @@ class ControlLoop:
             _log.exception("policy %s failed; holding", rt.policy.policy_id)
             return ControlAction(reason="policy_error", policy_id=rt.policy.policy_id), f"{type(exc).__name__}: {exc}"
 
+    async def _refresh_registry_policy(self, rt: Runtime) -> None:
+        policy = rt.policy
+        if not isinstance(policy, RegistryPolicy):
+            return
+        before = policy.policy_id
+        ok = await asyncio.to_thread(policy.refresh)
+        if not ok:
+            self.telemetry.policy_loads.labels(result="error").inc()
+        elif policy.policy_id != before:
+            self.telemetry.policy_loads.labels(result="ok").inc()
+            self.telemetry.set_policy(policy.policy_id, rt.generation, rt.config.mode)
+
     async def _tick(self) -> TickRecord:
         rt = self.runtime
         generation = rt.generation
         self.state.ticks += 1
+        await self._refresh_registry_policy(rt)
         self.state.actuators_ready = await self._observe_topology(rt)
         topology = self.state.topology
         polled = self.watcher.poll(rt.base, generation)

@@ -20,6 +20,7 @@ from controller.config import (
     PrometheusSourceConfig,
     RouterActuatorConfig,
 )
+from controller.policy_registry import RegistryPolicy
 from controller.sources.base import InstanceInfo, SeriesReader, Topology
 from controller.sources.prometheus import PrometheusReader
 from controller.sources.scrape import ScrapeReader
@@ -101,7 +102,12 @@ def build_runtime(config: ControllerConfig, generation: int, started_s: float) -
     """
     try:
         base = resolve_policy(load_policy_file(config.policy_file), str(config.policy_file))
-        policy = load_policy(config.policy, base, config.rules.model_dump())
+        policy: Policy
+        if config.policy.startswith("registry:"):
+            policy = RegistryPolicy(config.policy, base, tracking_uri=config.mlflow_tracking_uri)
+        else:
+            params = config.rules.model_dump() if config.policy == "baseline:queue_kv" else config.baseline_params
+            policy = load_policy(config.policy, base, params)
     except (PolicyFileError, PolicySpecError) as exc:
         raise RuntimeConfigError(str(exc)) from None
     groups = tuple(base.groups.values())

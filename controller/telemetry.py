@@ -46,6 +46,12 @@ class Telemetry:
         self.policy_info = Gauge(
             p + "policy_info", "Running policy (value 1).", ["policy_id", "generation", "mode"], registry=registry
         )
+        self.policy_loads = Counter(
+            p + "policy_loads",
+            "Registry policy versions loaded (ok) or refused (error).",
+            ["result"],
+            registry=registry,
+        )
         self.actuations = Counter(
             p + "actuations_total", "Actuations by actuator and outcome.", ["actuator", "outcome"], registry=registry
         )

@@ -16,6 +16,7 @@ from policies.learned import LearnedPolicy
 pytestmark = [pytest.mark.integration]
 
 SMOKE = Path(__file__).resolve().parents[2] / "experiments" / "smoke.yaml"
+EXAMPLES = Path(__file__).resolve().parents[2] / "policies" / "examples"
 
 
 def test_smoke_experiment_end_to_end(mlflow_server: str, tmp_path: Path) -> None:

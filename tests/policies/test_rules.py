@@ -159,8 +159,8 @@ def test_registry_builds_file_and_baseline_policies(tmp_path: Path) -> None:
     ("spec", "message"),
     [
         ("baseline:nope", "unknown baseline 'nope' (known: "),
-        ("learned:artifacts/x", "learned policies are not available yet"),
-        ("registry:models:/pdctl@champion", "registry policies are not available yet"),
+        ("learned:artifacts/x", "manifest.json: missing"),
+        ("registry:models:/pdctl@champion", "registry policies need an MLflow registry client"),
         ("registry:pdctl", "registry:models:/NAME@ALIAS"),
         ("magic:x", "expected one of file:PATH"),
         ("file:", "expected one of file:PATH"),
@@ -171,6 +171,38 @@ def test_registry_errors_are_one_line(spec: str, message: str) -> None:
         load_policy(spec, RESOLVED)
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_every_peer_baseline_loads_by_name() -> None:
+    for name in ("aggregated", "vllm-proxy", "dynamo-isl-bounding", "dynamo-load", "keda-queue", "wva-saturation"):
+        policy = load_policy(f"baseline:{name}", RESOLVED)
+        assert policy.policy_id == f"baseline:{name}"
+    throughput = load_policy(
+        "baseline:dynamo-throughput", RESOLVED, {"prefill_tokens_per_s": 1e4, "decode_tokens_per_s": 1e3}
+    )
+    assert throughput.policy_id == "baseline:dynamo-throughput"
+    with pytest.raises(PolicySpecError, match="needs prefill_tokens_per_s"):
+        load_policy("baseline:dynamo-throughput", RESOLVED)
+
+
+def test_registry_spec_through_a_resolver(tmp_path: Path) -> None:
+    (tmp_path / "policy.yaml").write_text("pd_disaggregation_policy: {remote_prefill: {min_input_tokens: 3000}}\n")
+    seen: list[str] = []
+
+    def resolver(uri: str) -> Path:
+        seen.append(uri)
+        return tmp_path
+
+    policy = load_policy("registry:models:/rules@champion", RESOLVED, resolver=resolver)
+    assert seen == ["models:/rules@champion"]
+    assert isinstance(policy, FilePolicy)
+    assert policy.policy_id == "registry:models:/rules@champion"
+
+    def failing(uri: str) -> Path:
+        raise ValueError(f"{uri}: not found in the registry")
+
+    with pytest.raises(PolicySpecError, match="not found in the registry"):
+        load_policy("registry:models:/rules@champion", RESOLVED, resolver=failing)
 
 
 def test_bad_baseline_params_are_refused() -> None:
