@@ -97,8 +97,9 @@ class RouterActuator:
             role = str(state.get("role", info.role))
             pending = state.get("pending_role")
             instances.append(replace(info, role=role, pending_role=str(pending) if pending else None))
-        # Groups with listed instances get their counts from the roles; others keep theirs (e.g. Kubernetes).
-        read = Topology.from_instances(instances)
+        # Groups with listed instances get their counts (and pending changes, zero once settled) from the
+        # roles; others keep theirs (e.g. Kubernetes).
+        read = Topology.from_instances(instances, tuple(dict.fromkeys(i.group for i in instances)))
         return Topology(
             instances=read.instances,
             pools={**topology.pools, **read.pools},
