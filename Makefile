@@ -39,7 +39,7 @@ imports:
 	lint-imports
 
 bench: install-dev
-	PYTHONHASHSEED=0 $(PYTEST) -m benchmark -q -p no:randomly
+	PYTHONHASHSEED=0 $(PYTEST) -m benchmark -q -s benchmarks tests
 
 chaos: install-dev
 	PYTHONHASHSEED=0 $(PYTEST) -m chaos -q
