@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "SCHEMA_VERSION",
+    "STAGES",
     "ControlAction",
     "FallbackAction",
     "GroupWindow",
@@ -36,6 +37,18 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 """Bump when any observation feature, action field or route reason changes meaning."""
+
+STAGES: tuple[str, ...] = (
+    "request_queue_wait",
+    "prefill_compute_time",
+    "kv_cache_pack_time",
+    "kv_cache_transfer_time",
+    "kv_cache_unpack_time",
+    "decode_queue_wait",
+    "first_token_emit_time",
+    "per_token_decode_time",
+)
+"""Per-request stage names every request records, simulated or live (``pdctl_request_stage_seconds{stage}``)."""
 
 
 class Route(enum.StrEnum):

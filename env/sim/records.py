@@ -24,20 +24,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from policies.schema import RouteReason
+from policies.schema import STAGES, RouteReason
 
 __all__ = ["STAGES", "SimRequest"]
-
-STAGES: tuple[str, ...] = (
-    "request_queue_wait",
-    "prefill_compute_time",
-    "kv_cache_pack_time",
-    "kv_cache_transfer_time",
-    "kv_cache_unpack_time",
-    "decode_queue_wait",
-    "first_token_emit_time",
-    "per_token_decode_time",
-)
 
 
 class SimRequest:
