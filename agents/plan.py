@@ -10,14 +10,16 @@
 
 **Score.** A configuration's capacity is its *maximum sustainable rate*: the largest multiplier ``m`` of the
 workload's request rate at which ≥ ``target_frac`` (90 %) of the arrived requests meet both their TTFT and
-TPOT objectives, found by bisection over ``m`` (to a relative precision ``rate_tolerance_frac``). Every probe
+TPOT objectives, found by bisection over ``m`` on the grid ``2 ** (k / steps_per_doubling)`` (≈ 4.4 % steps by
+default, the same grid for every configuration and stage). Every probe
 is one simulator run of ``horizon_s`` seconds of arrivals (plus a drain), on the same seed for every
 configuration (common random numbers), scored by the simulator's own summary
 (:func:`env.sim.summary.summarize`: goodput = requests meeting both objectives per second of horizon;
 attainment here is over *arrived* requests, so unfinished and rejected requests count as misses, as in
 :mod:`agents.evaluate`). The best configuration has the highest sustainable rate; ties (equal within the
-precision) go to the higher attainment at the first failing probe, then the higher goodput at the workload's
-own rate, then the simpler configuration (aggregated, then fewer prefill instances).
+precision) go to the higher attainment at the first failing multiplier (run to the end for the tied leaders),
+then the higher goodput at the workload's own rate, then the simpler configuration (aggregated, then fewer
+prefill instances).
 
 **Search** (AIConfigurator-style offline sweep, made cheap):
 
@@ -124,7 +126,7 @@ def parse_slo(text: str) -> SloConfig:
             raise PlanInputError(f"--slo: {part.strip()!r}: expected FIELD=VALUE (e.g. ttft_p95=2s)")
         if name not in _SLO_FIELDS:
             raise PlanInputError(f"--slo: {name!r}: unknown field (known: {', '.join(_SLO_FIELDS)})")
-        if name in values:
+        if f"{name}_s" in values:
             raise PlanInputError(f"--slo: {name}: given twice")
         match = _DURATION.match(raw)
         if match is None:
@@ -174,7 +176,7 @@ class PlanConfig:
     def thresholds(self) -> RoutingThresholds:
         """The routing thresholds every tenant gets under this configuration."""
         if self.is_aggregated:
-            return RoutingThresholds(rule=RouteRule.AGGREGATED_ONLY)
+            return RoutingThresholds(disaggregation_enabled=False, rule=RouteRule.AGGREGATED_ONLY)
         if self.route == ALWAYS_REMOTE:
             return RoutingThresholds(rule=RouteRule.ALWAYS_REMOTE)
         tokens = self.min_remote_input_tokens
@@ -286,11 +288,19 @@ def _slug(text: str) -> str:
 
 
 def _check_profile(scenario: Scenario) -> None:
+    from env.sim.simulator import kv_capacity_tokens
+
+    cluster = scenario.cluster
     try:
-        _profile_cached(scenario.cluster.profile, str(scenario.cluster.profile_dir))
+        profile = _profile_cached(cluster.profile, str(cluster.profile_dir))
     except (ProfileError, KeyError, OSError) as exc:
         message = str(exc).strip("'\"")
-        raise PlanInputError(f"--model-profile: {scenario.cluster.profile}: {message}") from None
+        raise PlanInputError(f"--model-profile: {cluster.profile}: {message}") from None
+    capacity = cluster.kv_capacity_tokens or kv_capacity_tokens(
+        profile, cluster.tp, cluster.gpu_memory_utilization, cluster.activation_reserve_bytes
+    )
+    if capacity <= 1:
+        raise PlanInputError(f"--tp: {cluster.profile} leaves no memory for the KV cache at TP {cluster.tp}")
 
 
 @cache
@@ -425,15 +435,16 @@ def _inputs_fingerprint(scenario: Scenario) -> list[Any]:
     return out
 
 
-def probe_key(scenario: Scenario, config: PlanConfig, rate_scale: float) -> str:
-    """Content hash of one probe (scenario, configuration, multiplier, seed, code version)."""
-    payload = {
-        "scenario": scenario.model_dump(mode="json"),
-        "inputs": _inputs_fingerprint(scenario),
-        "config": config.as_dict(),
-        "rate_scale": round(rate_scale, 12),
-        "code": code_version(),
-    }
+def scenario_key(scenario: Scenario) -> str:
+    """Content hash of the searched scenario, the files its workloads read, and the code version."""
+    payload = {"scenario": scenario.model_dump(mode="json"), "inputs": _inputs_fingerprint(scenario)}
+    payload["code"] = code_version()
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def probe_key(scenario_hash: str, config: PlanConfig, rate_scale: float, stop_below_frac: float | None) -> str:
+    """Content hash of one probe: scenario (with code version), configuration, multiplier, early-stop target."""
+    payload = [scenario_hash, config.as_dict(), round(rate_scale, 12), stop_below_frac]
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -526,7 +537,12 @@ def _run_until_hopeless(sim: Any, end_s: float, step_s: float, target_frac: floa
 
 
 class ProbeRunner:
-    """Runs probes in parallel, caches them on disk and in memory, and reports progress."""
+    """Runs probes in parallel, caches them on disk and in memory, and reports progress.
+
+    A probe run with early stopping (the search's) and one run to the end (``exact``: tables, the front) are
+    kept apart, so a search sees the same values whatever the cache holds; a complete probe serves both, and a
+    passing one is always complete (a run that passes never stops early).
+    """
 
     def __init__(
         self,
@@ -542,12 +558,13 @@ class ProbeRunner:
         self.workers = max(int(workers), 1)
         self.cache_dir = cache_dir
         self.progress = progress
-        self.probes: dict[tuple[PlanConfig, float], Probe] = {}
+        self.probes: dict[tuple[PlanConfig, float, float | None], Probe] = {}
         self.num_submitted = 0
         self.num_done = 0
         self.num_cache_hits = 0
         self.stage = ""
         self._pool: ProcessPoolExecutor | None = None
+        self._scenario_hash = scenario_key(scenario) if cache_dir is not None else ""
 
     def __enter__(self) -> ProbeRunner:
         return self
@@ -568,62 +585,80 @@ class ProbeRunner:
             )
         return self._pool
 
-    def _cache_file(self, config: PlanConfig, rate_scale: float) -> Path | None:
+    def _cache_file(self, key: tuple[PlanConfig, float, float | None]) -> Path | None:
         if self.cache_dir is None:
             return None
-        key = probe_key(self.scenario, config, rate_scale)
-        return self.cache_dir / key[:2] / f"{key}.json"
+        digest = probe_key(self._scenario_hash, *key)
+        return self.cache_dir / digest[:2] / f"{digest}.json"
 
     def _report(self) -> None:
         if self.progress is not None:
             self.progress(self.num_done, self.num_submitted, self.stage)
 
+    def _lookup(self, config: PlanConfig, rate_scale: float, stop: float | None) -> tuple[Probe | None, bool]:
+        """A known probe that answers this request (memory, then disk), and whether it came from disk."""
+        own = (config, rate_scale, stop)
+        other = (config, rate_scale, self.stop_below_frac if stop is None else None)
+        for key in (own, other):
+            from_disk = False
+            probe = self.probes.get(key)
+            if probe is None:
+                file = self._cache_file(key)
+                if file is None or not file.exists():
+                    continue
+                try:
+                    probe = _probe_from_json(json.loads(file.read_text()))
+                except (ValueError, KeyError, TypeError):
+                    continue  # a damaged cache entry is recomputed
+                self.probes[key] = probe
+                from_disk = True
+            passing = stop is not None and probe.slo_attainment_frac >= stop
+            if key == own or (stop is None and probe.complete) or passing:
+                return probe, from_disk
+        return None, False
+
     def run(self, pairs: Iterable[tuple[PlanConfig, float]], exact: bool = False) -> list[Probe]:
-        """Probes of ``(config, rate_scale)`` pairs, in order (cached ones are not run again).
+        """Probes of ``(config, rate_scale)`` pairs, in order (known ones are not run again).
 
         Without ``exact`` a probe may stop early once it has certainly failed (:func:`run_probe`).
         """
+        stop = None if exact else self.stop_below_frac
         wanted = list(dict.fromkeys(pairs))
+        found: dict[tuple[PlanConfig, float], Probe] = {}
         todo: list[tuple[PlanConfig, float]] = []
         for pair in wanted:
-            known = self.probes.get(pair)
-            if known is not None and (known.complete or not exact):
+            probe, from_disk = self._lookup(*pair, stop)
+            if probe is not None:
+                found[pair] = probe
+                if from_disk:
+                    self.num_cache_hits += 1
+                    self.num_submitted += 1
+                    self.num_done += 1
                 continue
             self.num_submitted += 1
-            file = self._cache_file(*pair)
-            if file is not None and file.exists():
-                try:
-                    cached = _probe_from_json(json.loads(file.read_text()))
-                except (ValueError, KeyError, TypeError):
-                    cached = None  # a damaged cache entry is recomputed
-                if cached is not None and (cached.complete or not exact):
-                    self.probes[pair] = cached
-                    self.num_cache_hits += 1
-                    self.num_done += 1
-                    continue
             todo.append(pair)
         self._report()
-        stop = None if exact else self.stop_below_frac
         if self.workers == 1 or len(todo) <= 1:
             for pair in todo:
-                self._store(pair, run_probe(self.scenario, *pair, stop))
+                found[pair] = self._store((*pair, stop), run_probe(self.scenario, *pair, stop))
         else:
             pool = self._executor()
             futures = [(pair, pool.submit(_run_probe_in_worker, *pair, stop)) for pair in todo]
             for pair, future in futures:
-                self._store(pair, future.result())
-        return [self.probes[pair] for pair in wanted]
+                found[pair] = self._store((*pair, stop), future.result())
+        return [found[pair] for pair in wanted]
 
-    def _store(self, pair: tuple[PlanConfig, float], probe: Probe) -> None:
-        self.probes[pair] = probe
+    def _store(self, key: tuple[PlanConfig, float, float | None], probe: Probe) -> Probe:
+        self.probes[key] = probe
         self.num_done += 1
-        file = self._cache_file(*pair)
+        file = self._cache_file(key)
         if file is not None:
             file.parent.mkdir(parents=True, exist_ok=True)
             tmp = file.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(probe.as_dict()) + "\n")
             tmp.replace(file)
         self._report()
+        return probe
 
 
 def _probe_from_json(data: Mapping[str, Any]) -> Probe:
@@ -858,7 +893,7 @@ def plan(
         def leader() -> Capacity:
             return min(caps.values(), key=_rank_key({}))
 
-        if exhaustive:
+        if exhaustive or num_instances < 3:
             stage("exhaustive", everything)
         else:
             levels = route_levels(levels_tokens)
@@ -868,21 +903,28 @@ def plan(
                 "coarse",
                 [everything[0], *(PlanConfig(p, num_instances - p, lvl) for p in coarse for lvl in coarse_levels)],
             )
-            step = max((b - a for a, b in itertools.pairwise(coarse)), default=1)
-            best, center = leader(), _center(caps.values())
-            fine = [
-                PlanConfig(p, num_instances - p, lvl)
-                for p in range(max(center - step + 1, 1), min(center + step, num_instances))
-                for lvl in _top_levels(caps.values(), 2)
-            ]
-            stage("fine-splits", [best.config, *fine], floor=best.lo if best.lo > 0 else None)
-            best, center = leader(), _center(caps.values())
-            neighbours = [
-                PlanConfig(p, num_instances - p, lvl)
-                for p in range(max(center - 1, 1), min(center + 2, num_instances))
-                for lvl in levels
-            ]
-            stage("fine-levels", [best.config, *neighbours], floor=best.lo if best.lo > 0 else None)
+            best = leader()
+            if best.lo > 0:  # else nothing sustained even the smallest multiplier: no finer search helps
+                step = max((b - a for a, b in itertools.pairwise(coarse)), default=1)
+                center = _center(caps.values())
+                fine = [
+                    PlanConfig(p, num_instances - p, lvl)
+                    for p in range(max(center - step + 1, 1), min(center + step, num_instances))
+                    for lvl in _top_levels(caps.values(), 2)
+                ]
+                stage("fine-splits", [best.config, *fine], floor=best.lo)
+                best, center = leader(), _center(caps.values())
+                neighbours = [
+                    PlanConfig(p, num_instances - p, lvl)
+                    for p in range(max(center - 1, 1), min(center + 2, num_instances))
+                    for lvl in levels
+                ]
+                stage("fine-levels", [best.config, *neighbours], floor=best.lo)
+        runner.stage = "tie-break"
+        top_lo = max(c.lo for c in caps.values())
+        tied = [c for c in caps.values() if c.lo == top_lo and c.hi is not None]
+        for probe in runner.run(((c.config, c.hi) for c in tied if c.hi is not None), exact=True):
+            caps[probe.config].attainment_at_hi = probe.slo_attainment_frac
         runner.stage = "reference rate"
         reference = {p.config: p for p in runner.run(((c, 1.0) for c in caps), exact=True)}
         ranked = sorted(caps.values(), key=_rank_key(reference))
@@ -892,7 +934,7 @@ def plan(
         if pareto and best.lo > 0:
             runner.stage = "pareto"
             front, curves = _pareto(runner, ranked, best.lo)
-        probes = sorted(runner.probes.values(), key=lambda p: (p.config, p.rate_scale))
+        probes = _distinct_probes(runner.probes)
         base_rate = _base_rate_rps(probes)
         return PlanResult(
             scenario=scenario,
@@ -910,6 +952,16 @@ def plan(
             base_rate_rps=base_rate,
             stages=stages,
         )
+
+
+def _distinct_probes(known: Mapping[tuple[PlanConfig, float, float | None], Probe]) -> list[Probe]:
+    """One probe per (configuration, multiplier): the complete one when both kinds exist."""
+    out: dict[tuple[PlanConfig, float], Probe] = {}
+    for (config, scale, _), probe in sorted(known.items(), key=lambda kv: kv[0][2] is None):
+        current = out.get((config, scale))
+        if current is None or (probe.complete and not current.complete):
+            out[(config, scale)] = probe
+    return [out[k] for k in sorted(out, key=lambda k: (k[0], k[1]))]
 
 
 def _center(caps: Iterable[Capacity]) -> int:

@@ -24,6 +24,7 @@ from rich.table import Table
 __all__ = ["register"]
 
 EXIT_INVALID = 2
+EXIT_NO_PLAN = 1
 DEFAULT_CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pdctl" / "plan"
 
 
@@ -177,6 +178,13 @@ def _run(
         except (ValueError, OSError) as exc:
             raise _fail(f"{source}: {str(exc).splitlines()[0]}") from None
     _print(result, console, options["top"])
+    if result.best.lo <= 0:
+        typer.echo(
+            f"pdctl plan: no configuration reaches {result.target_frac:.0%} SLO attainment even at 1/64 of the "
+            "workload's rate; loosen --slo or raise --gpus (no policy written)",
+            err=True,
+        )
+        raise typer.Exit(code=EXIT_NO_PLAN)
     if emit_policy is not None:
         text = f"# Written by `pdctl plan {source}`.\n" + dump_policy_yaml(
             load_policy_text(yaml.safe_dump(policy_document(result, str(source)), sort_keys=False), str(emit_policy))

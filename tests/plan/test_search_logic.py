@@ -68,8 +68,17 @@ def _fake_probe(capacity: object, calls: list[tuple[PlanConfig, float]]) -> obje
         calls.append((config, rate_scale))
         cap = capacity(config)  # type: ignore[operator]
         attainment = 1.0 if rate_scale <= cap else max(0.0, 0.9 - (rate_scale - cap))
-        return Probe(config, rate_scale, 10.0 * rate_scale, 10.0 * rate_scale * attainment, attainment,
-                     rate_scale * attainment, 100, 0.5, 0.0)
+        return Probe(
+            config,
+            rate_scale,
+            10.0 * rate_scale,
+            10.0 * rate_scale * attainment,
+            attainment,
+            rate_scale * attainment,
+            100,
+            0.5,
+            0.0,
+        )
 
     return run_probe
 
@@ -93,7 +102,8 @@ def test_shared_bisection_brackets_each_survivor_to_one_grid_step(monkeypatch: p
     assert best.hi == pytest.approx(best.lo * grid_scale(1, STEPS))
     weak = caps[PlanConfig(2, 2, ALWAYS_REMOTE)]
     # rejected at the first rung it failed (x1), never bisected: only probed where the leader was alive
-    assert weak.lo == 0.0 and weak.hi == 1.0
+    assert weak.lo == 0.0
+    assert weak.hi == 1.0
     assert sum(1 for c, _ in calls if c == PlanConfig(2, 2, ALWAYS_REMOTE)) == 1
 
 
