@@ -514,7 +514,7 @@ def write_results(evaluation: Evaluation, out: Path, command: str) -> None:
         "command": command,
         "aggregate": evaluation.aggregate,
         "runs": rows,
-        "grid": evaluation.grid_points,
+        "grid": {Path(k).stem: v for k, v in evaluation.grid_points.items()},
         "errors": [
             {"policy": r.spec.policy, "scenario": r.scenario, "seed": r.spec.seed, "error": r.error}
             for r in evaluation.runs

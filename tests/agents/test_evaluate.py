@@ -137,7 +137,7 @@ def test_grid_points_cover_splits_and_levels() -> None:
 def test_grid_search_is_cached_and_picks_the_best(
     tiny_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    result = gs.search(tiny_path, workers=1, cache_dir=tmp_path / "cache")
+    result = gs.search(tiny_path, seeds=(0,), workers=1, cache_dir=tmp_path / "cache")
     scores = [p["weighted_goodput_rps"] for p in result["points"]]
     assert result["best_score"]["weighted_goodput_rps"] == max(scores)
     assert len(result["points"]) + len(result["errors"]) == len(gs.grid_points(resolve_scenario(tiny_path)))
@@ -146,7 +146,7 @@ def test_grid_search_is_cached_and_picks_the_best(
         raise AssertionError("the cache should have answered")
 
     monkeypatch.setattr(ev, "run_many", boom)
-    assert gs.search(tiny_path, workers=1, cache_dir=tmp_path / "cache") == result
+    assert gs.search(tiny_path, seeds=(0,), workers=1, cache_dir=tmp_path / "cache") == result
     # the grid policy starts at its split and holds it
     spec = ev.RunSpec("grid:", str(tiny_path), 0, record=True, grid_point=result["best"])
     timeline = ev.run_one(spec).timeline
