@@ -1,0 +1,196 @@
+"""What a client sees under injected faults: every request ends ok, failed (cleanly) or lost.
+
+* **ok**: HTTP 200, the whole stream (``[DONE]``, no error event) and exactly the text the emulator generates
+  for that request id (:func:`env.emulator.tokenizer.output_token_text`): nothing dropped or corrupted;
+* **failed**: the client was told, within the bound: an HTTP error status with a JSON error body, an SSE error
+  event followed by ``[DONE]``, or a refused/closed connection;
+* **lost**: anything else: no answer within the bound (a hang), a 200 stream that ends without ``[DONE]`` and
+  without an error, a 200 with the wrong text, or an error body that is not the documented JSON shape.
+
+Load is always a fixed number of requests (bounded, self-stopping) with a client-side time bound on each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from env.emulator.tokenizer import output_token_text, prompt_text
+
+REQUEST_BOUND_S = 30.0
+"""No request may take longer than this (client side) in any chaos case: past it, it counts as lost."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    request_id: str
+    kind: str  # "ok" | "failed" | "lost"
+    latency_s: float
+    detail: str = ""
+
+
+@dataclass
+class Tally:
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def extend(self, items: Sequence[Outcome]) -> None:
+        self.outcomes.extend(items)
+
+    def count(self, kind: str) -> int:
+        return sum(1 for o in self.outcomes if o.kind == kind)
+
+    @property
+    def sent(self) -> int:
+        return len(self.outcomes)
+
+    def p99_ms(self) -> float | None:
+        lat = [o.latency_s for o in self.outcomes if o.kind == "ok"]
+        return float(np.percentile(lat, 99)) * 1e3 if lat else None
+
+    def lost_details(self) -> list[str]:
+        return [f"{o.request_id}: {o.detail}" for o in self.outcomes if o.kind == "lost"]
+
+
+def expected_text(request_id: str, max_tokens: int) -> str:
+    return "".join(output_token_text(request_id, i) for i in range(max_tokens))
+
+
+def body_for(request_id: str, prompt_tokens: int, max_tokens: int, stream: bool = True) -> dict[str, Any]:
+    return {"prompt": prompt_text(prompt_tokens, salt=request_id), "max_tokens": max_tokens, "stream": stream}
+
+
+def _classify_sse(raw: bytes, request_id: str, max_tokens: int) -> tuple[str, str]:
+    events: list[Any] = []
+    done = False
+    for block in raw.decode(errors="replace").split("\n\n"):
+        block = block.strip()
+        if not block:
+            continue
+        if not block.startswith("data: "):
+            return "lost", f"not an SSE event: {block[:80]!r}"
+        payload = block[len("data: ") :]
+        if payload == "[DONE]":
+            done = True
+            continue
+        if done:
+            return "lost", "event after [DONE]"
+        try:
+            events.append(json.loads(payload))
+        except ValueError:
+            return "lost", f"unparsable event {payload[:80]!r}"
+    errors = [e["error"] for e in events if isinstance(e, dict) and "error" in e]
+    if errors:
+        if done and all(isinstance(e, dict) and e.get("message") for e in errors):
+            return "failed", f"stream error: {errors[0].get('message')}"
+        return "lost", f"error event without [DONE] or message: {errors}"
+    if not done:
+        return "lost", "stream ended without [DONE] and without an error"
+    text = "".join(
+        c.get("text") or c.get("delta", {}).get("content") or ""
+        for e in events
+        for c in (e.get("choices") or [])
+        if isinstance(c, dict)
+    )
+    if text != expected_text(request_id, max_tokens):
+        return "lost", f"wrong text ({len(text)} chars)"
+    return "ok", ""
+
+
+def _classify_unary(raw: bytes, request_id: str, max_tokens: int) -> tuple[str, str]:
+    try:
+        data = json.loads(raw)
+        text = data["choices"][0]["text"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return "lost", f"unparsable 200 body {raw[:80]!r}"
+    if text != expected_text(request_id, max_tokens):
+        return "lost", "wrong text"
+    return "ok", ""
+
+
+async def send(
+    session: aiohttp.ClientSession,
+    url: str,
+    request_id: str,
+    body: dict[str, Any],
+    headers: dict[str, str] | None = None,
+    bound_s: float = REQUEST_BOUND_S,
+) -> Outcome:
+    """One request, classified (never raises for a request-level problem)."""
+    start = time.monotonic()
+    status = 0
+    try:
+        async with asyncio.timeout(bound_s):
+            async with session.post(
+                url + "/v1/completions", json=body, headers={"X-Request-Id": request_id, **(headers or {})}
+            ) as resp:
+                status = resp.status
+                raw = await resp.read()
+    except TimeoutError:
+        return Outcome(request_id, "lost", time.monotonic() - start, f"no answer within {bound_s} s")
+    except aiohttp.ClientError as exc:  # refused, reset or closed mid-body: the client knows it failed
+        return Outcome(request_id, "failed", time.monotonic() - start, f"connection: {type(exc).__name__}")
+    latency = time.monotonic() - start
+    if status != 200:
+        try:
+            message = json.loads(raw)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            return Outcome(request_id, "lost", latency, f"HTTP {status} without a JSON error: {raw[:80]!r}")
+        return Outcome(request_id, "failed", latency, f"HTTP {status}: {message}")
+    max_tokens = int(body["max_tokens"])
+    if body.get("stream"):
+        kind, detail = _classify_sse(raw, request_id, max_tokens)
+    else:
+        kind, detail = _classify_unary(raw, request_id, max_tokens)
+    return Outcome(request_id, kind, latency, detail)
+
+
+async def load(
+    session: aiohttp.ClientSession,
+    url: Callable[[], str] | str,
+    prefix: str,
+    num_requests: int,
+    concurrency: int,
+    make_body: Callable[[str, int], dict[str, Any]],
+    headers: dict[str, str] | None = None,
+    gap_s: float = 0.0,
+) -> list[Outcome]:
+    """``num_requests`` requests, at most ``concurrency`` at a time, ``gap_s`` between starts per worker."""
+    queue = list(range(num_requests))
+    results: list[Outcome] = []
+
+    async def worker() -> None:
+        while queue:
+            k = queue.pop(0)
+            rid = f"{prefix}-{k}"
+            target = url() if callable(url) else url
+            results.append(await send(session, target, rid, make_body(rid, k), headers))
+            if gap_s:
+                await asyncio.sleep(gap_s)
+
+    async with asyncio.timeout(REQUEST_BOUND_S * (num_requests // max(concurrency, 1) + 2)):
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return results
+
+
+def records_by_id(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["request_id"]: r for r in records}
+
+
+def assert_records_match(outcomes: Sequence[Outcome], records: Sequence[dict[str, Any]]) -> int:
+    """Every ok request has a router record with status 200 and no error; returns how many ok ones lack one."""
+    by_id = records_by_id(records)
+    missing = 0
+    for o in outcomes:
+        if o.kind != "ok":
+            continue
+        rec = by_id.get(o.request_id)
+        if rec is None or rec["status"] != 200 or rec["error"] is not None:
+            missing += 1
+    return missing
