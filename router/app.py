@@ -196,6 +196,7 @@ class Router:
             m.instance_healthy.labels(inst.id).set(1 if inst.healthy else 0)
             for role in ("prefill", "decode"):
                 m.instance_in_flight.labels(inst.id, role).set(inst.in_flight if inst.role == role else 0)
+                m.instance_role.labels(inst.id, role).set(1 if inst.role == role else 0)
         m.transfer_healthy.set(1 if self.transfer_health.healthy(self._now()) else 0)
 
     # ----------------------------------------------------------------------------------- background tasks

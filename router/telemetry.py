@@ -162,6 +162,10 @@ class RouterMetrics:
             "pdctl_router_instance_healthy", "1 when the instance passes health checks.", ("instance",),
             registry=registry,
         )  # fmt: skip
+        self.instance_role = Gauge(
+            "pdctl_router_instance_role", "1 for the role an instance serves now (prefill or decode), else 0.",
+            ("instance", "role"), registry=registry,
+        )  # fmt: skip
         self.transfer_healthy = Gauge(
             "pdctl_router_kv_transfer_healthy", "1 when the remote-prefill path is judged healthy.", registry=registry
         )
