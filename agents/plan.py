@@ -228,9 +228,10 @@ def load_plan_scenario(
 
     ``source`` is a scenario YAML (its cluster and tenants; groups are merged into one), a fitted-workload file
     of ``pdctl profile --emit-workload`` (tenant → workload), an Azure CSV, a Mooncake JSONL, a router JSONL log
-    (fitted with :func:`env.profiling.fit.fit_workload`) or a ServeGen folder. Trace replays take the first
-    ``horizon_s`` seconds of the trace (repeated when the rate multiplier compresses them). ``slo`` replaces
-    every tenant's objectives (required when the source carries none).
+    (fitted with :func:`env.profiling.fit.fit_workload`) or a ServeGen folder. A trace is replayed from its
+    start, compressed by the rate multiplier ``m`` (a probe of ``horizon_s`` covers ``m × horizon_s`` seconds of
+    the trace, repeated when the trace is shorter), so probes near capacity see a broad part of it. ``slo``
+    replaces every tenant's objectives (required when the source carries none).
 
     Raises:
         PlanInputError: a missing or invalid source or option (one line naming the file or field).
@@ -243,7 +244,7 @@ def load_plan_scenario(
         tenants, cluster, default_gpus = _yaml_source(path, traces_dir)
         base_cluster = cluster or base_cluster
     else:
-        tenants, default_gpus = _trace_source(path, horizon_s), None
+        tenants, default_gpus = _trace_source(path), None
     budget = gpus if gpus is not None else default_gpus
     if budget is None:
         raise PlanInputError("--gpus: required for this source (the GPU budget to plan)")
@@ -338,7 +339,7 @@ def _yaml_source(path: Path, traces_dir: str | Path | None) -> tuple[list[Tenant
     return tenants, None, 0
 
 
-def _trace_source(path: Path, horizon_s: float) -> list[TenantConfig]:
+def _trace_source(path: Path) -> list[TenantConfig]:
     from env.profiling.sources import detect_source_kind, load_records
 
     try:
@@ -346,13 +347,13 @@ def _trace_source(path: Path, horizon_s: float) -> list[TenantConfig]:
     except WorkloadError as exc:
         raise PlanInputError(str(exc).splitlines()[0]) from None
     spec: dict[str, Any]
-    window = {"start_s": 0.0, "duration_s": horizon_s, "repeat": True}
+    window = {"start_s": 0.0, "repeat": True}
     if kind == "azure":
         spec = {"kind": "trace_azure", "path": str(path), **window}
     elif kind == "mooncake":
         spec = {"kind": "trace_mooncake", "path": str(path), **window}
     elif kind == "servegen":
-        spec = {"kind": "servegen", "path": str(path), "start_s": 0.0, "duration_s": horizon_s}
+        spec = {"kind": "servegen", "path": str(path), "start_s": 0.0}
     elif kind == "router":
         from env.profiling.fit import fit_workload
 
@@ -791,7 +792,12 @@ class PlanResult:
     @property
     def max_sustainable_rps(self) -> float:
         """The best configuration's sustainable request rate (requests per second)."""
-        return self.best.lo * self.base_rate_rps
+        return self.offered_rps(self.best.lo)
+
+    def offered_rps(self, rate_scale: float) -> float:
+        """Requests per second a probe at ``rate_scale`` offered (a trace's rate varies along it: measured)."""
+        known = [p.offered_rps for p in self.probes if p.rate_scale == rate_scale]
+        return known[0] if known else rate_scale * self.base_rate_rps
 
     def ranked(self) -> list[Capacity]:
         """Every searched configuration, best first."""
@@ -807,7 +813,7 @@ class PlanResult:
                 **cap.config.as_dict(),
                 "label": cap.config.label,
                 "max_rate_scale": cap.lo,
-                "max_sustainable_rps": cap.lo * self.base_rate_rps,
+                "max_sustainable_rps": self.offered_rps(cap.lo) if cap.lo > 0 else 0.0,
                 "first_failing_scale": cap.hi,
                 "attainment_at_first_failing": cap.attainment_at_hi if cap.hi is not None else None,
                 "goodput_rps_at_workload_rate": None if probe is None else probe.goodput_rps,
@@ -986,11 +992,11 @@ def _top_levels(caps: Iterable[Capacity], count: int) -> list[str]:
 
 
 def _base_rate_rps(probes: Sequence[Probe]) -> float:
-    """Offered rate at multiplier 1 (from any probe: offered / multiplier, averaged over the probes at 1)."""
+    """Offered rate at multiplier 1 (every configuration sees the same requests at one multiplier)."""
     at_one = [p.offered_rps for p in probes if p.rate_scale == 1.0]
     if at_one:
-        return sum(at_one) / len(at_one)
-    return sum(p.offered_rps / p.rate_scale for p in probes) / len(probes) if probes else 0.0
+        return at_one[0]
+    return probes[0].offered_rps / probes[0].rate_scale if probes else 0.0
 
 
 def _pareto(

@@ -85,7 +85,7 @@ def _print(result: Any, console: Console, top: int) -> None:
             str(index),
             cap.config.label,
             f"{cap.lo:.3g}",
-            f"{cap.lo * result.base_rate_rps:.1f}",
+            f"{result.offered_rps(cap.lo) if cap.lo > 0 else 0.0:.1f}",
             "-" if probe is None else f"{probe.goodput_rps:.2f}",
             "-" if probe is None else f"{100 * probe.slo_attainment_frac:.1f}",
         )
@@ -107,8 +107,8 @@ def _print(result: Any, console: Console, top: int) -> None:
     best = result.best
     console.print(
         f"[bold]best:[/bold] {best.config.label}  max sustainable rate {result.max_sustainable_rps:.1f} req/s "
-        f"(x{best.lo:.3g} of the workload's {result.base_rate_rps:.1f} req/s) at >= {result.target_frac:.0%} "
-        "SLO attainment"
+        f"(x{best.lo:.3g} the workload's rate; {result.base_rate_rps:.2f} req/s over its first "
+        f"{result.scenario.duration_s:g} s) at >= {result.target_frac:.0%} SLO attainment"
     )
     stages = ", ".join(f"{s['stage']} {s['configs']} configs/{s['probes']} probes" for s in result.stages)
     console.print(
