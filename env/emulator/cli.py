@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--model-name", default="meta-llama/Llama-3.1-8B-Instruct", help="served model name")
-    p.add_argument("--max-model-len", type=int, default=32768)
+    p.add_argument("--max-model-len", type=int, default=131072, help="context length (Llama-3.1: 128 Ki)")
     p.add_argument("--time-scale", type=float, default=1.0, help="wall seconds per emulated second (0.1 = 10x)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--transfer-failure-frac", type=float, default=0.0, help="probability a KV pull fails")

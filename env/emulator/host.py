@@ -39,7 +39,7 @@ class EmulatorHost:
         specs: list[InstanceSpec],
         model_name: str = "meta-llama/Llama-3.1-8B-Instruct",
         time_scale: float = 1.0,
-        max_model_len: int = 32768,
+        max_model_len: int = 131072,
         seed: int = 0,
         exit_on_crash: bool = False,
     ) -> None:

@@ -67,7 +67,7 @@ class InstanceSettings:
     model_name: str = "meta-llama/Llama-3.1-8B-Instruct"
     host: str = "127.0.0.1"
     port: int = 0
-    max_model_len: int = 32768
+    max_model_len: int = 131072
     block_size: int = 16
     tp_size: int = 1
     time_scale: float = 1.0

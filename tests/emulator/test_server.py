@@ -48,7 +48,7 @@ async def test_plain_endpoints(session: aiohttp.ClientSession) -> None:
             models = await resp.json()
         assert models["object"] == "list"
         assert models["data"][0]["owned_by"] == "vllm"
-        assert models["data"][0]["max_model_len"] == 32768
+        assert models["data"][0]["max_model_len"] == 131072
         async with session.post(url + "/tokenize", json={"prompt": "abcdefgh", "return_token_strs": True}) as resp:
             tokens = await resp.json()
         assert tokens["count"] == 2
