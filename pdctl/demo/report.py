@@ -175,25 +175,25 @@ def _markdown_table(rows: Sequence[tuple[str, str, list[str]]], phases: Sequence
     return "\n".join(lines)
 
 
-def _controller_summary(audit_log: Path) -> tuple[int, int, list[str]]:
-    """Ticks, applied actuations and the distinct non-hold reasons (first 12) in an audit log."""
+def _controller_summary(audit_log: Path) -> tuple[int, int, dict[str, int]]:
+    """Ticks, applied actuations, and how many ticks asked for each kind of change (numbers stripped)."""
     ticks = applied = 0
-    reasons: list[str] = []
+    reasons: dict[str, int] = {}
     try:
         lines = audit_log.read_text(encoding="utf-8").splitlines()
     except OSError:
-        return 0, 0, []
+        return 0, 0, {}
     for line in lines:
         if not line.strip():
             continue
         rec = json.loads(line)
         ticks += 1
         applied += sum(1 for r in rec.get("actuation", []) or [] if r.get("outcome") == "applied")
-        reason = str((rec.get("decision") or {}).get("reason", ""))
-        for part in reason.split(";"):
-            if part and "within_marks" not in part and part != "hold" and part not in reasons:
-                reasons.append(part)
-    return ticks, applied, reasons[:12]
+        for part in str((rec.get("decision") or {}).get("reason", "")).split(";"):
+            kind = part.split(" ", 1)[0]
+            if kind and not kind.endswith(("within_marks", "unknown")) and kind != "hold":
+                reasons[kind] = reasons.get(kind, 0) + 1
+    return ticks, applied, reasons
 
 
 def build_report(
@@ -275,8 +275,8 @@ def build_report(
     lines += ["## Controller", ""]
     for p in phases:
         ticks, applied, reasons = _controller_summary(p.audit_log)
-        lines.append(f"* {p.name}: {ticks} ticks, {applied} actuations applied; reasons seen: "
-                     + (", ".join(f"`{r}`" for r in reasons) or "none"))  # fmt: skip
+        asked = ", ".join(f"`{r}` x{n}" for r, n in reasons.items()) or "none"
+        lines.append(f"* {p.name}: {ticks} ticks, {applied} actuations applied; ticks asking for a change: {asked}")
     lines += ["", "## Plots", ""]
     lines += [f"![{path.stem}]({path.name})" for path in plots]
     lines += ["", "## Workload profile of the replayed requests (controlled phase, router log)", "", "```",
