@@ -28,6 +28,7 @@ from tests.chaos.conftest import ChaosRow, ChaosTable
 from tests.controller.harness import role_map, wait_until
 from tests.controller.stack import Stack, live_stack
 from tests.controller.test_loop import FakeReader, make_config, make_runtime, surge
+from tests.router.cluster import ADMIN_TOKEN
 
 pytestmark = [pytest.mark.chaos]
 INVALID_POLICY = "tenant_groups: [{name: interactive, gpu_budget: -3}]\ntenants: 7\n"
@@ -147,6 +148,9 @@ async def test_prometheus_outage_invalid_policy_and_killed_controller(tmp_path: 
         assert after_kill["generation"] == before_kill["generation"]
         assert after_kill["policy"] == before_kill["policy"]
         assert role_map(after_kill) == role_map(before_kill)
+        # the actuator's admin token never reaches the controller's log or audit trail
+        assert ADMIN_TOKEN not in ctl.log_text()
+        assert ADMIN_TOKEN not in stack.audit_path.read_text()
 
 
 class JumpingClock(VirtualClock):
