@@ -182,7 +182,7 @@ def run_phase(
         load = child("loadgen", pdctl_argv(
             "loadgen", "--url", router_url, "--scenario", str(scenario_path), "--time-scale", repr(ts),
             "--seed", str(seed), "--max-duration-s", f"{max_wall_s:.1f}",
-            "--request-timeout-s", f"{(LOAD_DRAIN_S + 60.0) * ts:.1f}", "--out-json", str(load_json),
+            "--request-timeout-s", f"{(LOAD_DRAIN_S + 60.0) * ts:.1f}", "--out-json", str(load_json), "--out-csv", str(directory / "load.csv"),
         ))  # fmt: skip
         monitor = Monitor(
             phase=name, router_url=router_url, admin_token=token, request_log=request_log, audit_log=audit_log,
