@@ -8,7 +8,11 @@ A ``MultiDiscrete`` vector, slot by slot like the observation (:class:`~policies
 * per tenant slot: absolute levels (indices into the tables below) of ``min_remote_input_tokens``,
   ``max_prefill_queue_wait_s``, ``min_expected_output_tokens``, ``require_decode_pool_pressure`` and
   ``prefer_local_on_prefix_hit``. ``max_local_input_tokens`` follows as half the remote threshold (capped by
-  the tenant's base value), so the gap of :mod:`policies.routing` keeps its meaning.
+  the tenant's base value), so the gap of :mod:`policies.routing` keeps its meaning; the top level ("never
+  remote") closes the gap too, so every request of the tenant is prefilled locally.
+
+:meth:`ActionCodec.encode` is the inverse for pool deltas and the nearest levels for thresholds: it turns a
+:class:`ControlAction` (a baseline's decision, say) into the action a learned policy would have to take.
 
 :meth:`ActionCodec.masks` marks what the guard would refuse: a pool delta beyond the pool bounds, an increase
 with the budget full and nothing to shift from, and every index but "no change" of an unused slot.
@@ -35,7 +39,7 @@ __all__ = [
     "ActionCodec",
 ]
 
-ACTION_VERSION = 1
+ACTION_VERSION = 2
 MIN_REMOTE_LEVELS_TOKENS: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192, 16384, 10**9)
 """The last level (10⁹ tokens) means "never remote"."""
 QUEUE_WAIT_LEVELS_S: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
@@ -130,16 +134,51 @@ class ActionCodec:
             levels = a[offset + slot * len(_TENANT_DIMS) : offset + (slot + 1) * len(_TENANT_DIMS)]
             base = base_thresholds.get(tenant.name, RoutingThresholds())
             min_remote = MIN_REMOTE_LEVELS_TOKENS[levels[0]]
+            never = levels[0] == len(MIN_REMOTE_LEVELS_TOKENS) - 1
             thresholds[tenant.name] = replace(
                 base,
                 min_remote_input_tokens=min_remote,
-                max_local_input_tokens=min(base.max_local_input_tokens, min_remote // 2),
+                max_local_input_tokens=min_remote if never else min(base.max_local_input_tokens, min_remote // 2),
                 max_prefill_queue_wait_s=QUEUE_WAIT_LEVELS_S[levels[1]],
                 min_expected_output_tokens=MIN_EXPECTED_OUTPUT_LEVELS_TOKENS[levels[2]],
                 require_decode_pool_pressure=bool(levels[3]),
                 prefer_local_on_prefix_hit=bool(levels[4]),
             )
         return ControlAction(thresholds=thresholds, pools=pools, reason="learned", policy_id=policy_id)
+
+    def encode(
+        self,
+        action: ControlAction,
+        tenants: tuple[Tenant, ...],
+        groups: tuple[TenantGroup, ...],
+        current_pools: Mapping[str, PoolTargets],
+        current_thresholds: Mapping[str, RoutingThresholds],
+    ) -> np.ndarray:
+        """The encoded action closest to ``action``: pool moves as ±1 steps, thresholds as nearest levels.
+
+        A tenant the action has no opinion on keeps its current levels; a disaggregation-disabled or
+        aggregated-only tenant maps to the "never remote" level, an always-remote one to the lowest levels.
+        """
+        out = self.noop(tenants, current_thresholds)
+        for slot, group in enumerate(groups[: self.layout.max_groups]):
+            target, current = action.pools.get(group.name), current_pools.get(group.name)
+            if target is None or current is None:
+                continue
+            out[2 * slot] = 1 + int(np.sign(target.num_prefill - current.num_prefill))
+            out[2 * slot + 1] = 1 + int(np.sign(target.num_decode - current.num_decode))
+        offset = 2 * self.layout.max_groups
+        for slot, tenant in enumerate(tenants[: self.layout.max_tenants]):
+            t = action.thresholds.get(tenant.name)
+            if t is None:
+                continue
+            levels = self._levels(t)
+            if not t.disaggregation_enabled or t.rule == "aggregated_only":
+                levels[0] = len(MIN_REMOTE_LEVELS_TOKENS) - 1
+            elif t.rule == "always_remote":
+                levels[0], levels[2], levels[3] = 0, 0, 0
+            base = offset + slot * len(_TENANT_DIMS)
+            out[base : base + len(_TENANT_DIMS)] = levels
+        return out
 
     def masks(
         self, groups: tuple[TenantGroup, ...], current_pools: Mapping[str, PoolTargets], num_tenants: int

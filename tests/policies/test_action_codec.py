@@ -77,3 +77,28 @@ def test_threshold_levels_decode_with_a_consistent_gap() -> None:
 
 def test_codec_hash_changes_with_layout() -> None:
     assert CODEC.codec_hash() != ActionCodec(ObservationLayout(2, 4)).codec_hash()
+
+
+def test_never_level_routes_everything_locally() -> None:
+    from policies import LiveState, RequestFeatures, decide_route
+
+    a = CODEC.noop(TENANTS, {})
+    a[2 * LAYOUT.max_groups] = len(MIN_REMOTE_LEVELS_TOKENS) - 1
+    t = CODEC.decode(a, TENANTS, (), {}, {}).thresholds["chat"]
+    busy = LiveState(prefill_queue_wait_s=0.0, decode_pressure_frac=1.0)
+    for tokens in (100, 5000, 500_000):
+        assert not decide_route(RequestFeatures("r", "chat", tokens, 1000), t, busy).is_remote
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_encode_inverts_decode(data: st.DataObject) -> None:
+    groups = (TenantGroup("g", ("chat", "rag"), gpu_budget=16),)
+    current = {"g": PoolTargets(4, 4)}
+    a = np.array([data.draw(st.integers(0, int(n) - 1)) for n in CODEC.nvec])
+    a[2:4] = 1  # unused group slot: no change
+    offset = 2 * LAYOUT.max_groups
+    a[offset + 2 * 5 :] = 0  # unused tenant slot
+    action = CODEC.decode(a, TENANTS, groups, current, {})
+    again = CODEC.encode(action, TENANTS, groups, current, action.thresholds)
+    assert again.tolist() == a.tolist()
