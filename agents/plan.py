@@ -56,7 +56,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -145,12 +145,14 @@ def parse_slo(text: str) -> SloConfig:
 
 @dataclass(frozen=True, slots=True, order=True)
 class PlanConfig:
-    """One static configuration: instance counts and the route level of every tenant."""
+    """One static configuration: instance counts, the route level of every tenant, and per-tenant exceptions."""
 
     num_prefill: int
     num_decode: int
     route: str
     """``aggregated``, ``always_remote`` or ``remote>=T``."""
+    tenant_routes: tuple[tuple[str, str], ...] = ()
+    """``(tenant, level)`` pairs overriding ``route`` for those tenants (the per-tenant refinement)."""
 
     @property
     def is_aggregated(self) -> bool:
@@ -159,29 +161,31 @@ class PlanConfig:
 
     @property
     def min_remote_input_tokens(self) -> int | None:
-        """T of a ``remote>=T`` level (0 for always remote, None when aggregated)."""
-        if self.route == ALWAYS_REMOTE:
-            return 0
-        if self.route.startswith("remote>="):
-            return int(self.route.removeprefix("remote>="))
-        return None
+        """T of the common ``remote>=T`` level (0 for always remote, None when aggregated)."""
+        return _level_tokens(self.route)
+
+    def route_for(self, tenant: str) -> str:
+        """The route level of ``tenant``."""
+        return dict(self.tenant_routes).get(tenant, self.route)
 
     @property
     def label(self) -> str:
-        """Short human form, e.g. ``4P:12D remote>=2048`` or ``aggregated x16``."""
+        """Short human form, e.g. ``4P:12D remote>=2048 [rag: always_remote]`` or ``aggregated x16``."""
         if self.is_aggregated:
             return f"aggregated x{self.num_decode}"
-        return f"{self.num_prefill}P:{self.num_decode}D {self.route}"
+        extra = "".join(f" [{tenant}: {level}]" for tenant, level in self.tenant_routes)
+        return f"{self.num_prefill}P:{self.num_decode}D {self.route}{extra}"
 
-    def thresholds(self) -> RoutingThresholds:
-        """The routing thresholds every tenant gets under this configuration."""
-        if self.is_aggregated:
+    def thresholds(self, tenant: str | None = None) -> RoutingThresholds:
+        """The routing thresholds of ``tenant`` (default: of the common level) under this configuration."""
+        level = self.route if tenant is None else self.route_for(tenant)
+        if level == AGGREGATED:
             return RoutingThresholds(disaggregation_enabled=False, rule=RouteRule.AGGREGATED_ONLY)
-        if self.route == ALWAYS_REMOTE:
+        if level == ALWAYS_REMOTE:
             return RoutingThresholds(rule=RouteRule.ALWAYS_REMOTE)
-        tokens = self.min_remote_input_tokens
+        tokens = _level_tokens(level)
         if tokens is None or tokens < 1:
-            raise ValueError(f"unknown route level {self.route!r}")
+            raise ValueError(f"unknown route level {level!r}")
         return RoutingThresholds(
             rule=RouteRule.PDCTL,
             min_remote_input_tokens=tokens,
@@ -192,7 +196,24 @@ class PlanConfig:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form."""
-        return {"num_prefill": self.num_prefill, "num_decode": self.num_decode, "route": self.route}
+        out: dict[str, Any] = {"num_prefill": self.num_prefill, "num_decode": self.num_decode, "route": self.route}
+        if self.tenant_routes:
+            out["tenant_routes"] = [list(pair) for pair in self.tenant_routes]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PlanConfig:
+        """Inverse of :meth:`as_dict`."""
+        routes = tuple((str(t), str(level)) for t, level in data.get("tenant_routes", ()))
+        return cls(int(data["num_prefill"]), int(data["num_decode"]), str(data["route"]), routes)
+
+
+def _level_tokens(level: str) -> int | None:
+    if level == ALWAYS_REMOTE:
+        return 0
+    if level.startswith("remote>="):
+        return int(level.removeprefix("remote>="))
+    return None
 
 
 def route_levels(levels_tokens: Sequence[int]) -> list[str]:
@@ -476,7 +497,7 @@ def run_probe(scenario: Scenario, config: PlanConfig, rate_scale: float, stop_be
     deployed = configured_scenario(scenario, config, rate_scale)
     profile = _profile_cached(deployed.cluster.profile, str(deployed.cluster.profile_dir))
     workloads = generate_workloads(deployed, deployed.seed)
-    thresholds = {t.name: config.thresholds() for t in deployed.tenants}
+    thresholds = {t.name: config.thresholds(t.name) for t in deployed.tenants}
     sim = build_simulator(deployed, thresholds, deployed.seed, profile=profile, workloads=workloads)
     horizon_s = deployed.duration_s
     end_s = horizon_s + deployed.drain_s
@@ -663,7 +684,7 @@ class ProbeRunner:
 
 
 def _probe_from_json(data: Mapping[str, Any]) -> Probe:
-    config = PlanConfig(**data["config"])
+    config = PlanConfig.from_dict(data["config"])
     fields = {k: v for k, v in data.items() if k not in ("config", "label", "cached")}
     return Probe(config=config, cached=True, **fields)
 
@@ -847,7 +868,9 @@ def _rank_key(reference: Mapping[PlanConfig, Probe]) -> Callable[[Capacity], tup
         probe = reference.get(cap.config)
         goodput = probe.goodput_rps if probe is not None else 0.0
         simple = 0 if cap.config.is_aggregated else 1
-        return (-cap.lo, -cap.attainment_at_hi, -goodput, simple, cap.config.num_prefill, _level_order(cap.config))
+        exceptions = len(cap.config.tenant_routes)
+        config = cap.config
+        return (-cap.lo, -cap.attainment_at_hi, -goodput, exceptions, simple, config.num_prefill, _level_order(config))
 
     return key
 
@@ -867,6 +890,7 @@ def plan(
     cache_dir: Path | None = None,
     exhaustive: bool = False,
     pareto: bool = True,
+    per_tenant: bool = True,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> PlanResult:
     """Search the configurations of ``scenario``'s GPU budget (see the module docstring)."""
@@ -926,6 +950,8 @@ def plan(
                     for lvl in levels
                 ]
                 stage("fine-levels", [best.config, *neighbours], floor=best.lo)
+        if per_tenant and len(scenario.tenants) > 1:
+            _refine_tenants(stage, leader, [t.name for t in scenario.tenants], route_levels(levels_tokens))
         runner.stage = "tie-break"
         top_lo = max(c.lo for c in caps.values())
         tied = [c for c in caps.values() if c.lo == top_lo and c.hi is not None]
@@ -958,6 +984,33 @@ def plan(
             base_rate_rps=base_rate,
             stages=stages,
         )
+
+
+def _refine_tenants(
+    stage: Callable[..., None], leader: Callable[[], Capacity], tenants: Sequence[str], levels: Sequence[str]
+) -> None:
+    """Per-tenant route levels at the best split: one tenant at a time tries every other level (coordinate ascent).
+
+    Each pass tries, for every tenant without an exception yet, every other level on top of the current leader
+    (from the leader's capacity, so a worse variant costs one probe); it stops when the leader keeps its levels.
+    """
+    for round_index in range(len(tenants)):
+        best = leader()
+        if best.config.is_aggregated or best.lo <= 0:
+            return
+        fixed = dict(best.config.tenant_routes)
+        variants = [
+            replace(best.config, tenant_routes=tuple(sorted({**fixed, tenant: level}.items())))
+            for tenant in tenants
+            if tenant not in fixed
+            for level in levels
+            if level != best.config.route
+        ]
+        if not variants:
+            return
+        stage(f"per-tenant-{round_index + 1}", [best.config, *variants], floor=best.lo)
+        if leader().config == best.config:
+            return
 
 
 def _distinct_probes(known: Mapping[tuple[PlanConfig, float, float | None], Probe]) -> list[Probe]:
@@ -1044,31 +1097,31 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 6)
 
 
+def _pd_block(thresholds: RoutingThresholds) -> dict[str, Any]:
+    """A complete ``pd_disaggregation_policy`` block: loading it gives back exactly ``thresholds``."""
+    return {
+        "rule": thresholds.rule.value,
+        "remote_prefill": {
+            "min_input_tokens": thresholds.min_remote_input_tokens,
+            "max_prefill_queue_wait_ms": _ms(thresholds.max_prefill_queue_wait_s),
+            "min_expected_output_tokens": thresholds.min_expected_output_tokens,
+            "require_decode_pool_pressure": thresholds.require_decode_pool_pressure,
+            "decode_pressure_threshold_perc": round(100.0 * thresholds.decode_pressure_threshold_frac, 9),
+        },
+        "local_prefill": {
+            "max_input_tokens": thresholds.max_local_input_tokens,
+            "prefer_when_prefix_cache_hit": thresholds.prefer_local_on_prefix_hit,
+        },
+    }
+
+
 def policy_document(result: PlanResult, source: str = "") -> dict[str, Any]:
     """A per-tenant policy file (seed format) for the best configuration: thresholds, SLOs, pinned pools."""
     scenario = result.scenario
     config = result.best.config
     group = scenario.tenant_groups[0]
     thresholds = config.thresholds()
-    pd: dict[str, Any]
-    if config.is_aggregated:
-        pd = {"rule": "aggregated_only"}
-    elif config.route == ALWAYS_REMOTE:
-        pd = {"rule": "always_remote"}
-    else:
-        pd = {
-            "rule": "pdctl",
-            "remote_prefill": {
-                "min_input_tokens": thresholds.min_remote_input_tokens,
-                "max_prefill_queue_wait_ms": _ms(thresholds.max_prefill_queue_wait_s),
-                "min_expected_output_tokens": thresholds.min_expected_output_tokens,
-                "require_decode_pool_pressure": thresholds.require_decode_pool_pressure,
-            },
-            "local_prefill": {
-                "max_input_tokens": thresholds.max_local_input_tokens,
-                "prefer_when_prefix_cache_hit": thresholds.prefer_local_on_prefix_hit,
-            },
-        }
+    pd = {"rule": "aggregated_only"} if config.is_aggregated else _pd_block(thresholds)
     fallback = {
         "on_kv_transfer_timeout": FallbackAction(thresholds.on_kv_transfer_timeout).value,
         "on_prefill_queue_overload": FallbackAction(thresholds.on_prefill_queue_overload).value,
@@ -1083,6 +1136,8 @@ def policy_document(result: PlanResult, source: str = "") -> dict[str, Any]:
         entry: dict[str, Any] = {"name": tenant.name, "group": GROUP_NAME, "priority": tenant.priority, "slo": slo}
         if tenant.expected_output_tokens is not None:
             entry["expected_output_tokens"] = tenant.expected_output_tokens
+        if config.route_for(tenant.name) != config.route:
+            entry["pd_disaggregation_policy"] = _pd_block(config.thresholds(tenant.name))
         tenants.append(entry)
     num_prefill = 0 if config.is_aggregated else config.num_prefill
     description = (

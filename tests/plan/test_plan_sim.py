@@ -108,11 +108,17 @@ def test_emitted_policy_validates_and_replays_the_best_configuration(tmp_path: P
 
 def test_policy_document_round_trips_for_every_kind_of_configuration() -> None:
     result = plan(_scenario(2, 5.0), pareto=False)  # type: ignore[arg-type]
-    for config in (PlanConfig(0, 2, "aggregated"), PlanConfig(1, 1, "always_remote"), PlanConfig(1, 1, "remote>=512")):
+    configs = (
+        PlanConfig(0, 2, "aggregated"),
+        PlanConfig(1, 1, "always_remote"),
+        PlanConfig(1, 1, "remote>=512"),
+        PlanConfig(1, 1, "remote>=512", (("rag", "always_remote"),)),
+        PlanConfig(1, 1, "always_remote", (("chatbot", "remote>=8192"),)),
+    )
+    for config in configs:
         result.best = type(result.best)(config, 1.0, 1.1, 0.5)
         text = yaml.safe_dump(policy_document(result, "src"))
         resolved = resolve_policy(load_policy_text(text, "emitted"))
-        assert resolved.thresholds_for("chatbot").rule == config.thresholds().rule
-        expected = config.thresholds()
-        assert resolved.thresholds_for("rag").min_remote_input_tokens == expected.min_remote_input_tokens
-        assert resolved.thresholds_for("rag").disaggregation_enabled is not config.is_aggregated
+        for tenant in ("chatbot", "rag"):
+            assert resolved.thresholds_for(tenant) == config.thresholds(tenant), (config.label, tenant)
+        assert resolved.thresholds_for("someone-else") == config.thresholds()

@@ -162,3 +162,29 @@ def test_plan_is_independent_of_the_cache(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert second.num_cache_hits == second.num_probes > 0
     assert second.best == first.best
     assert second.pareto == first.pareto
+
+
+def _two_tenant_scenario(gpus: int) -> Scenario:
+    base = _scenario(gpus).model_dump()
+    second = {**base["tenants"][0], "name": "u"}
+    return Scenario.model_validate({**base, "tenants": [base["tenants"][0], second]})
+
+
+def test_per_tenant_levels_are_refined_when_they_raise_capacity(monkeypatch: pytest.MonkeyPatch) -> None:
+    def capacity(config: PlanConfig) -> float:
+        if config.is_aggregated:
+            return 1.0
+        base = 2.0 if config.num_prefill == 2 else 1.5
+        bonus = 0.5 if config.route == "remote>=2048" else 0.0
+        bonus += 0.4 if config.route_for("u") == ALWAYS_REMOTE else 0.0
+        return base + bonus
+
+    calls: list[tuple[PlanConfig, float]] = []
+    monkeypatch.setattr(plan_module, "run_probe", _fake_probe(capacity, calls))
+    result = plan(_two_tenant_scenario(6), pareto=False)
+    assert result.best.config == PlanConfig(2, 4, "remote>=2048", (("u", ALWAYS_REMOTE),))
+    assert result.best.lo <= 2.9 < result.best.hi  # type: ignore[operator]
+    assert any(s["stage"] == "per-tenant-1" for s in result.stages)
+    # a refinement that does not help leaves the common level alone
+    monkeypatch.setattr(plan_module, "run_probe", _fake_probe(lambda c: 1.0 if c.tenant_routes else 2.0, calls))
+    assert plan(_two_tenant_scenario(6), pareto=False).best.config.tenant_routes == ()
