@@ -25,7 +25,14 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-__all__ = ["ExperimentConfig", "ExperimentError", "Hyperparameters", "LayoutConfig", "load_experiment"]
+__all__ = [
+    "ExperimentConfig",
+    "ExperimentError",
+    "Hyperparameters",
+    "LayoutConfig",
+    "PretrainConfig",
+    "load_experiment",
+]
 
 TRAIN_SEED_LIMIT = 1000
 """Training episodes draw seeds below this; evaluation seeds must be at or above it (never seen in training)."""
@@ -63,6 +70,15 @@ class Hyperparameters(_Strict):
     activation: Literal["tanh", "relu"] = "tanh"
 
 
+class PretrainConfig(_Strict):
+    """Behaviour-cloning warm start (:mod:`agents.pretrain`)."""
+
+    teachers: list[str] = Field(min_length=1, description="Candidate teacher policy specs; best per scenario.")
+    seeds: list[Annotated[int, Field(ge=0, lt=TRAIN_SEED_LIMIT)]] = [0, 1]
+    epochs: Annotated[int, Field(ge=1)] = 30
+    learning_rate: Annotated[float, Field(gt=0)] = 1e-3
+
+
 class ExperimentConfig(_Strict):
     """A training experiment."""
 
@@ -81,6 +97,7 @@ class ExperimentConfig(_Strict):
     normalize_observations: bool = True
     normalize_rewards: bool = True
     hyperparameters: Hyperparameters = Hyperparameters()
+    pretrain: PretrainConfig | None = None
     eval_every_steps: Annotated[int, Field(ge=0)] = 0
     """Evaluate (and checkpoint) every so many steps; 0 = only at the end."""
     early_stop_patience: Annotated[int, Field(ge=0)] = 0

@@ -142,6 +142,29 @@ def _export(model: MaskablePPO, venv: VecNormalize, out: Path, config: Experimen
     )
 
 
+def _warm_start(model: MaskablePPO, venv: VecNormalize, config: ExperimentConfig, layout: ObservationLayout) -> None:
+    """Behaviour cloning before PPO (see :mod:`agents.pretrain`); teachers and losses go to MLflow."""
+    from agents.pretrain import behaviour_clone, choose_teachers, collect_demonstrations
+
+    assert config.pretrain is not None
+    teachers = choose_teachers(scenario_paths(config.scenarios), config.pretrain.teachers, config.pretrain.seeds[0])
+    mlflow.log_dict({str(k.stem): v for k, v in teachers.items()}, "pretrain_teachers.json")
+    demos = collect_demonstrations(teachers, layout, config.pretrain.seeds)
+    if config.normalize_observations:
+        venv.obs_rms.update(demos.observations)
+    losses = behaviour_clone(
+        model,
+        demos,
+        venv.normalize_obs,
+        epochs=config.pretrain.epochs,
+        learning_rate=config.pretrain.learning_rate,
+        seed=config.seed,
+    )
+    for epoch, loss in enumerate(losses):
+        mlflow.log_metric("pretrain/nll", loss, step=epoch)
+    mlflow.log_metric("pretrain/demonstrations", len(demos))
+
+
 class EvalCheckpointCallback(BaseCallback):
     """Every ``every_steps``: export a checkpoint, evaluate it held-out, keep the best, stop on a plateau."""
 
@@ -298,6 +321,9 @@ def train(
             verbose=0,
         )
         model.set_logger(Logger(folder=None, output_formats=[MlflowWriter()]))
+        # 2b. optional warm start: imitate the best teacher of each training scenario
+        if config.pretrain is not None:
+            _warm_start(model, venv, config, layout)
         # 3. learn
         checkpoints = out / "checkpoints"
         eval_cb = EvalCheckpointCallback(config, venv, checkpoints, run_id, held_out)
