@@ -41,6 +41,7 @@ import aiohttp
 import numpy as np
 import pytest
 import yaml
+from harness import figure, write_fragment
 
 from env.emulator import EmulatorHost, InstanceSpec
 from env.scenario import ClusterConfig
@@ -175,7 +176,10 @@ async def _round(url: str, path: str, level: int, stats: PathStats, rng: np.rand
         await asyncio.gather(*(_client(session, url, stats, path, REQUESTS_PER_CLIENT, r) for r in rngs))
 
 
-async def _run(tmp: Path) -> tuple[dict[int, dict[str, PathStats]], dict[int, dict[str, float]], Tracer]:
+Rounds = dict[int, list[dict[str, PathStats]]]
+
+
+async def _run(tmp: Path) -> tuple[dict[int, dict[str, PathStats]], dict[int, dict[str, float]], Tracer, Rounds]:
     cluster = ClusterConfig(max_num_seqs=1024, max_num_batched_tokens=16384)
     host = EmulatorHost(cluster, [InstanceSpec("d0")], time_scale=TIME_SCALE)
     await host.start()
@@ -213,6 +217,7 @@ async def _run(tmp: Path) -> tuple[dict[int, dict[str, PathStats]], dict[int, di
             os.sched_setaffinity(pid, {cpus[1]})
     rng = np.random.default_rng(20261130)
     stats: dict[int, dict[str, PathStats]] = {}
+    per_round: Rounds = {}
     cpu: dict[int, dict[str, float]] = {}
     try:
         async with aiohttp.ClientSession() as session:
@@ -220,20 +225,51 @@ async def _run(tmp: Path) -> tuple[dict[int, dict[str, PathStats]], dict[int, di
                 await _wait_http(session, url)
         for level in LEVELS:
             stats[level] = {p: PathStats() for p in PATHS}
+            per_round[level] = []
             cpu[level] = dict.fromkeys(pids, 0.0)
             for _ in range(ROUNDS):
+                this_round = {p: PathStats() for p in PATHS}
+                per_round[level].append(this_round)
                 for path in PATHS:
                     before = _cpu_s(pids[path]) if path in pids else 0.0
-                    await _round(urls[path], path, level, stats[level][path], rng)
+                    await _round(urls[path], path, level, this_round[path], rng)
                     if path in pids:
                         cpu[level][path] += _cpu_s(pids[path]) - before
+                    total = stats[level][path]
+                    total.records.extend(this_round[path].records)
+                    total.errors += this_round[path].errors
+                    total.chunks += this_round[path].chunks
     finally:
         for proc in (router, reference):
             if proc.returncode is None:
                 proc.kill()
             await proc.wait()
         await host.stop()
-    return stats, cpu, tracer
+    return stats, cpu, tracer, per_round
+
+
+def _round_figures(per_round: Rounds, tracer: Tracer) -> list[dict[str, object]]:
+    """Added TTFT p50/p99 per level and proxy, one sample per round (the spread over repeats)."""
+    out: list[dict[str, object]] = []
+    for level, rounds in per_round.items():
+        for path in ("router", "reference"):
+            samples: dict[int, list[float]] = {50: [], 99: []}
+            for by_path in rounds:
+                direct, _ = _transits(by_path["direct"], tracer)
+                first, _ = _transits(by_path[path], tracer)
+                if not direct or not first:
+                    continue
+                for q in (50, 99):
+                    samples[q].append(_pct(first, q) - _pct(direct, q))
+            name = "router (pdctl)" if path == "router" else "reference (FastAPI + httpx)"
+            for q in (50, 99):
+                if samples[q]:
+                    out.append(
+                        figure(f"added TTFT p{q}", f"{level} streams, {name}", "ms", samples[q], repeat="round",
+                               target="p99 < 2 ms at 200 streams" if path == "router" and q == 99 else "",
+                               better="lower")
+                    )  # fmt: skip
+    return out
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -279,8 +315,17 @@ def _report(
 @pytest.mark.timeout(1200)
 def test_router_overhead_vs_direct_and_reference(tmp_path: Path) -> None:
     started = time.time()
-    stats, cpu, tracer = asyncio.run(_run(tmp_path))
+    stats, cpu, tracer, per_round = asyncio.run(_run(tmp_path))
     table, figures = _report(stats, cpu, tracer)
+    write_fragment(
+        "router_overhead",
+        "Router added latency vs a FastAPI + httpx pass-through proxy (same run)",
+        "PYTHONHASHSEED=0 python -m pytest benchmarks/router -m benchmark -q -s -p no:randomly",
+        _round_figures(per_round, tracer),
+        notes=f"Added = the proxy's transit minus the direct path's transit at the same percentile; {ROUNDS} "
+        f"interleaved rounds x {REQUESTS_PER_CLIENT} requests per client (one sample per round; pooled figures, "
+        "per-chunk latency and CPU per chunk in `benchmarks/results/router.md`).",
+    )
     key = 200 if 200 in figures else max(figures)
     at = figures[key]
     met = at["router_ttft_p99_ms"] < 2.0 and at["router_ttft_p99_ms"] < at["reference_ttft_p99_ms"]

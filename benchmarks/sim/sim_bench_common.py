@@ -50,13 +50,19 @@ def prepared(
     return scenario, factory, load_s
 
 
-def best_run(factory: Callable[[], ClusterSimulator], rounds: int = 3) -> tuple[float, ClusterSimulator]:
-    """Best wall time of ``rounds`` complete runs (build + run), and the last simulator."""
-    best = float("inf")
+def timed_runs(factory: Callable[[], ClusterSimulator], rounds: int = 3) -> tuple[list[float], ClusterSimulator]:
+    """Wall times of ``rounds`` complete runs (build + run), and the last simulator."""
+    walls: list[float] = []
     sim: Any = None
     for _ in range(rounds):
         start = time.perf_counter()
         sim = factory()
         sim.run()
-        best = min(best, time.perf_counter() - start)
-    return best, sim
+        walls.append(time.perf_counter() - start)
+    return walls, sim
+
+
+def best_run(factory: Callable[[], ClusterSimulator], rounds: int = 3) -> tuple[float, ClusterSimulator]:
+    """Best wall time of ``rounds`` complete runs (build + run), and the last simulator."""
+    walls, sim = timed_runs(factory, rounds)
+    return min(walls), sim
