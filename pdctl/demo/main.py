@@ -131,7 +131,7 @@ def run_demo(options: DemoOptions, console: Console, command_line: str) -> Path:
     if use_prometheus and shutil.which("prometheus") is None:
         raise DemoInputError("--prometheus: prometheus is not on the PATH")
     live = options.live if options.live is not None else console.is_terminal
-    out_dir = options.out_dir
+    out_dir = options.out_dir.resolve()  # children resolve relative paths against their config files
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     group = scenario.tenant_groups[0]

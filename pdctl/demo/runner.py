@@ -14,6 +14,7 @@ import json
 import secrets
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -131,6 +132,7 @@ def run_phase(
         return children.start(ChildProcess(label, argv, logs[label], env=dict(options.extra_env)))
 
     metric_source = "prometheus" if use_prometheus else "built-in scraper"
+    tsdb = tempfile.TemporaryDirectory(prefix="pdctl-demo-tsdb-")
     try:
         # 1. emulated instances (one process, free ports), then the router in front of them
         emulator_routes = directory / "emulator-instances.yaml"
@@ -159,7 +161,7 @@ def run_phase(
             prom_config = directory / "prometheus.yml"
             prom_config.write_text(yaml.safe_dump(prometheus_config(router_url, urls, group)))
             prom = child("prometheus", [
-                binary, f"--config.file={prom_config}", f"--storage.tsdb.path={directory / 'tsdb'}",
+                binary, f"--config.file={prom_config}", f"--storage.tsdb.path={tsdb.name}",
                 f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn",
                 "--storage.tsdb.retention.time=1d",
             ])  # fmt: skip
@@ -182,7 +184,8 @@ def run_phase(
         load = child("loadgen", pdctl_argv(
             "loadgen", "--url", router_url, "--scenario", str(scenario_path), "--time-scale", repr(ts),
             "--seed", str(seed), "--max-duration-s", f"{max_wall_s:.1f}",
-            "--request-timeout-s", f"{(LOAD_DRAIN_S + 60.0) * ts:.1f}", "--out-json", str(load_json), "--out-csv", str(directory / "load.csv"),
+            "--request-timeout-s", f"{(LOAD_DRAIN_S + 60.0) * ts:.1f}", "--out-json", str(load_json),
+            "--out-csv", str(directory / "load.csv"),
         ))  # fmt: skip
         monitor = Monitor(
             phase=name, router_url=router_url, admin_token=token, request_log=request_log, audit_log=audit_log,
@@ -195,6 +198,7 @@ def run_phase(
         monitor.poll()
     finally:
         children.stop_all()
+        tsdb.cleanup()
     timeline = [p.as_dict() for p in monitor.timeline]
     (directory / "timeline.json").write_text(json.dumps(timeline) + "\n", encoding="utf-8")
     return PhaseResult(

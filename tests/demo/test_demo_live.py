@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
 pytestmark = pytest.mark.integration
 
 
@@ -40,13 +38,14 @@ def processes_mentioning(text: str) -> dict[int, str]:
 
 
 def _demo(out: Path, *args: str) -> subprocess.Popen[str]:
+    """``pdctl demo`` from ``out``'s parent folder with ``--out`` relative to it (as a user would type it)."""
     env = {**os.environ, "PYTHONHASHSEED": "0", "COLUMNS": "160"}
     return subprocess.Popen(
-        [sys.executable, "-m", "pdctl", "demo", "--out", str(out), "--plain", *args],
+        [sys.executable, "-m", "pdctl", "demo", "--out", out.name, "--plain", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        cwd=str(REPO),
+        cwd=str(out.parent),
         env=env,
         start_new_session=True,
     )
