@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
@@ -26,9 +27,14 @@ def _vs(value: float | None, target: float | None) -> Text:
 
 def render(snap: Snapshot) -> Panel:
     """One dashboard frame."""
-    tenants = Table(expand=True, title="per tenant, last 20 s (emulated ms; observed / objective)")
-    for column in ("tenant", "done", "TTFT p95", "TPOT p95", "goodput rps", "remote %", "remote ≥ tokens",
-                   "fallbacks", "errors"):  # fmt: skip
+    tenants = Table(
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        title="per tenant, last 20 s (emulated ms, observed / objective; good/s = requests meeting both objectives "
+        "per second; remote = remote-prefill share; remote≥ = remote-prefill threshold, tokens; fb = fallbacks)",
+    )
+    tenants.add_column("tenant", no_wrap=True, min_width=7)
+    for column in ("done", "TTFT p95", "TPOT p95", "good/s", "remote", "remote≥", "fb", "err"):
         tenants.add_column(column, justify="right")
     for t in snap.tenants:
         tenants.add_row(
@@ -37,7 +43,7 @@ def render(snap: Snapshot) -> Panel:
             _vs(t.ttft_p95_s, t.slo.ttft_s),
             _vs(t.tpot_p95_s, t.slo.tpot_s),
             "-" if t.goodput_rps is None else f"{t.goodput_rps:.2f}",
-            "-" if t.remote_frac is None else f"{100 * t.remote_frac:.0f}",
+            "-" if t.remote_frac is None else f"{100 * t.remote_frac:.0f}%",
             "-" if t.remote_min_input_tokens is None else str(t.remote_min_input_tokens),
             str(t.num_fallbacks_total),
             str(t.num_errors_total),

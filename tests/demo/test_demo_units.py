@@ -139,3 +139,36 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str, tmp_path
 def test_options_validation_names_the_flag() -> None:
     with pytest.raises(DemoInputError, match="--duration"):
         DemoOptions(duration_s=float("nan")).validate()
+
+
+def test_dashboard_frame_and_plain_line_show_the_state() -> None:
+    from rich.console import Console
+
+    from pdctl.demo.dashboard import plain_line, render
+    from pdctl.demo.monitor import ControllerView, Snapshot, TenantView
+
+    snap = Snapshot(
+        phase="controlled",
+        t_s=42.0,
+        duration_s=120.0,
+        tenants=[
+            TenantView("chatbot", 50, 0.092, 0.013, Slo(0.5, 0.05), 2.5, 0.0, 0, 0, 2048),
+            TenantView("rag", 115, 6.708, 0.014, Slo(3.0, 0.08), 3.3, 0.89, 2, 0, 364),
+        ],
+        num_prefill=4,
+        num_decode=4,
+        num_pending=1,
+        route_counts={"local_prefill": 75, "remote_prefill": 103},
+        transfer_mean_s=0.0374,
+        num_requests_total=178,
+        controller=ControllerView(13, "active", "baseline:queue_kv", "interactive:prefill_pressure_shift", "x", 5),
+        router_reachable=True,
+    )
+    console = Console(width=120, record=True)
+    console.print(render(snap))
+    text = console.export_text()
+    for needle in ("6708 / 3000", "92 / 500", "prefill 4  decode 4", "89%", "37.4 ms", "prefill_pressure_shift"):
+        assert needle in text, text
+    line = plain_line(snap)
+    assert "P/D 4/4" in line
+    assert "rag: TTFTp95 6708/3000ms" in line
