@@ -135,6 +135,29 @@ async def test_router_actuator_publishes_policy_and_roles(admin: tuple[FakeServe
         await actuator.close()
 
 
+async def test_router_actuator_pending_clears_once_the_role_change_settles(
+    admin: tuple[FakeServer, dict[str, Any]],
+) -> None:
+    """Regression: the pending count of a group whose instances all settled must return to zero (observed on
+    the previous tick's topology, a stale pending count held every later pool change)."""
+    server, state = admin
+    actuator = RouterActuator(server.url, TOKEN, timeout_s=2.0)
+    try:
+        await actuator.apply(Plan(1, None, {"g": PoolTargets(2, 1)}), TOPOLOGY)
+        draining = await actuator.observe(TOPOLOGY)
+        assert draining is not None
+        assert draining.pending["g"] == (1, 0)
+        for inst in state["instances"]:  # the router finishes the drain
+            if inst["pending_role"]:
+                inst["role"], inst["pending_role"] = inst["pending_role"], None
+        settled = await actuator.observe(draining)
+        assert settled is not None
+        assert settled.pending["g"] == (0, 0)
+        assert settled.pools["g"] == PoolTargets(2, 1)
+    finally:
+        await actuator.close()
+
+
 async def test_router_actuator_rejected_and_unauthorized(admin: tuple[FakeServer, dict[str, Any]]) -> None:
     server, _ = admin
     wrong = RouterActuator(server.url, "wrong", timeout_s=2.0)
