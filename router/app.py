@@ -340,6 +340,11 @@ class Router:
         decode_bytes = decode_body(req.body, params) if remote else local_body(req.body, req.raw)
         tried: set[str] = set()
         inst: Instance | None = plan.decode
+        if inst is not None and not inst.serves("decode"):
+            # it started draining towards another role (or failed) while the prefill leg ran: it takes no new
+            # decode legs, so choose again among the instances serving decode now
+            chosen = self.planner.choose_decode(req.plan.blocks, frozenset())
+            inst = chosen[0] if chosen else inst
         for attempt in range(self.config.max_decode_attempts):
             if inst is None:
                 break

@@ -132,3 +132,34 @@ async def test_role_change_drains_in_flight_requests_first(tmp_path: Path) -> No
         assert len(events) == 60  # the in-flight stream finished on d0
         d0 = next(i for i in (await _state(c))["instances"] if i["id"] == "d0")
         assert d0 == {**d0, "role": "prefill", "pending_role": None, "draining": False, "in_flight": 0}
+
+
+async def test_decode_instance_switched_during_the_prefill_leg_is_not_used(tmp_path: Path) -> None:
+    """A remote request plans its decode instance before its prefill leg; if that instance changes role while
+    the prefill runs, the decode leg goes to an instance that serves decode now (the drain promise)."""
+    remote = """
+pd_disaggregation_policy:
+  remote_prefill: {min_input_tokens: 2048, min_expected_output_tokens: 1, require_decode_pool_pressure: false}
+tenants:
+  - name: chat
+"""
+    async with live_cluster(tmp_path, 1, 2, policy_yaml=remote) as c:
+        body = {"prompt": prompt_text(24000, salt="switch"), "max_tokens": 4}
+        task = asyncio.create_task(stream_request(c.session, c.url, body, {"X-Tenant-Id": "chat"}))
+        prefill = c.router.registry.instances["p0"]
+        for _ in range(400):
+            if prefill.in_flight:
+                break
+            await asyncio.sleep(0.005)
+        assert prefill.in_flight == 1, "the prefill leg never started"
+        async with c.session.put(
+            c.url + "/admin/roles", json={"roles": {"d0": "prefill"}}, headers=c.admin_headers()
+        ) as r:
+            assert r.status == 200
+        assert c.router.registry.instances["d0"].role == "prefill"
+        assert prefill.in_flight == 1, "the prefill leg ended before the role change: the test proves nothing"
+        result = await task
+        assert result.done
+        record = c.records()[-1]
+        assert record["route"] == "remote_prefill"
+        assert record["decode_instance"] == "d1"
