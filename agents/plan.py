@@ -18,8 +18,8 @@ configuration (common random numbers), scored by the simulator's own summary
 attainment here is over *arrived* requests, so unfinished and rejected requests count as misses, as in
 :mod:`agents.evaluate`). The best configuration has the highest sustainable rate; ties (equal within the
 precision) go to the higher attainment at the first failing multiplier (run to the end for the tied leaders),
-then the higher goodput at the workload's own rate, then the simpler configuration (aggregated, then fewer
-prefill instances).
+then the higher goodput at the sustainable rate, then fewer per-tenant exceptions and the simpler
+configuration (aggregated, then fewer prefill instances).
 
 **Search** (AIConfigurator-style offline sweep, made cheap):
 
@@ -794,7 +794,10 @@ class PlanResult:
     best: Capacity
     capacities: list[Capacity]
     probes: list[Probe]
-    reference: dict[PlanConfig, Probe]
+    at_capacity: dict[PlanConfig, Probe]
+    """Each configuration's probe at its sustainable multiplier (goodput at the SLO there)."""
+    at_workload_rate: dict[PlanConfig, Probe]
+    """Complete probes at the workload's own rate (multiplier 1), for the configurations the search ran there."""
     pareto: list[dict[str, Any]]
     curves: dict[str, list[dict[str, Any]]]
     wall_s: float
@@ -822,14 +825,14 @@ class PlanResult:
 
     def ranked(self) -> list[Capacity]:
         """Every searched configuration, best first."""
-        return sorted(self.capacities, key=_rank_key(self.reference))
+        return sorted(self.capacities, key=_rank_key(self.at_capacity))
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form (``plan.json``)."""
-        ref = self.reference
 
         def cap_row(cap: Capacity) -> dict[str, Any]:
-            probe = ref.get(cap.config)
+            probe = self.at_workload_rate.get(cap.config)
+            top = self.at_capacity.get(cap.config)
             return {
                 **cap.config.as_dict(),
                 "label": cap.config.label,
@@ -837,6 +840,9 @@ class PlanResult:
                 "max_sustainable_rps": self.offered_rps(cap.lo) if cap.lo > 0 else 0.0,
                 "first_failing_scale": cap.hi,
                 "attainment_at_first_failing": cap.attainment_at_hi if cap.hi is not None else None,
+                "goodput_rps_at_max_rate": None if top is None else top.goodput_rps,
+                "goodput_per_gpu_rps_at_max_rate": None if top is None else top.goodput_per_gpu_rps,
+                "slo_attainment_frac_at_max_rate": None if top is None else top.slo_attainment_frac,
                 "goodput_rps_at_workload_rate": None if probe is None else probe.goodput_rps,
                 "slo_attainment_frac_at_workload_rate": None if probe is None else probe.slo_attainment_frac,
             }
@@ -863,9 +869,9 @@ class PlanResult:
         }
 
 
-def _rank_key(reference: Mapping[PlanConfig, Probe]) -> Callable[[Capacity], tuple[float, ...]]:
+def _rank_key(at_capacity: Mapping[PlanConfig, Probe]) -> Callable[[Capacity], tuple[float, ...]]:
     def key(cap: Capacity) -> tuple[float, ...]:
-        probe = reference.get(cap.config)
+        probe = at_capacity.get(cap.config)
         goodput = probe.goodput_rps if probe is not None else 0.0
         simple = 0 if cap.config.is_aggregated else 1
         exceptions = len(cap.config.tenant_routes)
@@ -920,6 +926,14 @@ def plan(
                 caps[config] = _merge(caps.get(config), cap)
             stages.append({"stage": name, "configs": new, "probes": runner.num_submitted - before})
 
+        def settle_ties() -> None:
+            """Exact attainment at the first failing multiplier for the configurations tied at the top."""
+            runner.stage = "tie-break"
+            top_lo = max(c.lo for c in caps.values())
+            tied = [(c.config, c.hi) for c in caps.values() if c.lo == top_lo and c.hi is not None]
+            for probe in runner.run(tied, exact=True):
+                caps[probe.config].attainment_at_hi = probe.slo_attainment_frac
+
         def leader() -> Capacity:
             return min(caps.values(), key=_rank_key({}))
 
@@ -950,16 +964,16 @@ def plan(
                     for lvl in levels
                 ]
                 stage("fine-levels", [best.config, *neighbours], floor=best.lo)
+                _explore_plateau(stage, caps, levels, num_instances)
+        settle_ties()
         if per_tenant and len(scenario.tenants) > 1:
             _refine_tenants(stage, leader, [t.name for t in scenario.tenants], route_levels(levels_tokens))
-        runner.stage = "tie-break"
-        top_lo = max(c.lo for c in caps.values())
-        tied = [c for c in caps.values() if c.lo == top_lo and c.hi is not None]
-        for probe in runner.run(((c.config, c.hi) for c in tied if c.hi is not None), exact=True):
-            caps[probe.config].attainment_at_hi = probe.slo_attainment_frac
-        runner.stage = "reference rate"
-        reference = {p.config: p for p in runner.run(((c, 1.0) for c in caps), exact=True)}
-        ranked = sorted(caps.values(), key=_rank_key(reference))
+            settle_ties()
+        runner.stage = "goodput at capacity"
+        sustained = [(c.config, c.lo) for c in caps.values() if c.lo > 0]
+        at_capacity = {p.config: p for p in runner.run(sustained, exact=True)}  # passing probes: all known
+        at_workload_rate = {c: p for (c, scale, _), p in runner.probes.items() if scale == 1.0 and p.complete}
+        ranked = sorted(caps.values(), key=_rank_key(at_capacity))
         best = ranked[0]
         curves: dict[str, list[dict[str, Any]]] = {}
         front: list[dict[str, Any]] = []
@@ -973,7 +987,8 @@ def plan(
             best=best,
             capacities=list(caps.values()),
             probes=probes,
-            reference=reference,
+            at_capacity=at_capacity,
+            at_workload_rate=at_workload_rate,
             pareto=front,
             curves=curves,
             wall_s=time.perf_counter() - start_wall,
@@ -984,6 +999,32 @@ def plan(
             base_rate_rps=base_rate,
             stages=stages,
         )
+
+
+def _explore_plateau(
+    stage: Callable[..., None], caps: Mapping[PlanConfig, Capacity], levels: Sequence[str], num_instances: int
+) -> None:
+    """Grow the set of configurations tied at the top until it is closed under its neighbours.
+
+    Capacity landscapes are often flat at the top (several splits and levels within one grid step). Every
+    disaggregated configuration tied with the best gets its neighbours searched (one more or one fewer prefill
+    instance at its level, and every level at its split), from the known capacity, so the tie-break sees the
+    whole plateau that an exhaustive search would.
+    """
+    for round_index in range(num_instances):
+        top = max(c.lo for c in caps.values())
+        if top <= 0:
+            return
+        tied = [c.config for c in caps.values() if c.lo == top and not c.config.is_aggregated]
+        new: list[PlanConfig] = []
+        for config in tied:
+            p = config.num_prefill
+            around = [PlanConfig(q, num_instances - q, config.route) for q in (p - 1, p + 1) if 1 <= q < num_instances]
+            around += [PlanConfig(p, num_instances - p, level) for level in levels]
+            new.extend(c for c in around if c not in caps and c not in new)
+        if not new:
+            return
+        stage(f"plateau-{round_index + 1}", [tied[0], *new], floor=top)
 
 
 def _refine_tenants(

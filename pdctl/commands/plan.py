@@ -76,18 +76,20 @@ def _plot(result: Any, path: Path) -> None:
 
 def _print(result: Any, console: Console, top: int) -> None:
     table = Table(title=f"Configurations ({result.gpus} GPUs, TP {result.scenario.cluster.tp}), best first")
-    for column in ("#", "configuration", "max rate x", "max rate rps", "goodput@1x rps", "SLO@1x %"):
+    for column in ("#", "configuration", "max rate x", "max rate rps", "goodput@max rps", "SLO@max %", "SLO@1x %"):
         table.add_column(column, justify="right" if column != "configuration" else "left")
     ranked = result.ranked()
     for index, cap in enumerate(ranked[:top], start=1):
-        probe = result.reference.get(cap.config)
+        at_max = result.at_capacity.get(cap.config)
+        at_one = result.at_workload_rate.get(cap.config)
         table.add_row(
             str(index),
             cap.config.label,
             f"{cap.lo:.3g}",
             f"{result.offered_rps(cap.lo) if cap.lo > 0 else 0.0:.1f}",
-            "-" if probe is None else f"{probe.goodput_rps:.2f}",
-            "-" if probe is None else f"{100 * probe.slo_attainment_frac:.1f}",
+            "-" if at_max is None else f"{at_max.goodput_rps:.1f}",
+            "-" if at_max is None else f"{100 * at_max.slo_attainment_frac:.1f}",
+            "-" if at_one is None else f"{100 * at_one.slo_attainment_frac:.1f}",
         )
     console.print(table)
     if len(ranked) > top:

@@ -11,6 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from agents.plan import PlanConfig, load_plan_scenario, parse_slo, plan, policy_document, run_probe
+from env.scenario import Scenario
 from pdctl.cli import app
 from policies.policy_file import load_policy_file, load_policy_text, resolve_policy
 from policies.routing import decide_route
@@ -100,9 +101,10 @@ def test_emitted_policy_validates_and_replays_the_best_configuration(tmp_path: P
     )  # fmt: skip
     assert sim.exit_code == 0, sim.output
     summary = json.loads(summary_file.read_text())
-    reference = next(r for r in document["ranked"] if r["label"] == document["best"]["label"])
+    reference = run_probe(Scenario.model_validate(document["scenario"]), best, 1.0)
     met = sum(round(t["goodput_rps"] * 15.0) for t in summary["tenants"])
-    assert met / 15.0 == pytest.approx(reference["goodput_rps_at_workload_rate"])
+    assert met / 15.0 == pytest.approx(reference.goodput_rps)
+    assert sum(t["arrived"] for t in summary["tenants"]) == reference.num_arrived
     assert yaml.safe_load((out / "best_scenario.yaml").read_text())["tenant_groups"][0]["gpu_budget"] == 4
 
 
@@ -122,3 +124,16 @@ def test_policy_document_round_trips_for_every_kind_of_configuration() -> None:
         for tenant in ("chatbot", "rag"):
             assert resolved.thresholds_for(tenant) == config.thresholds(tenant), (config.label, tenant)
         assert resolved.thresholds_for("someone-else") == config.thresholds()
+
+
+@pytest.mark.slow
+def test_plan_split_matches_exhaustive_search_on_eight_gpus() -> None:
+    scenario = load_plan_scenario(MIXED, gpus=8, horizon_s=20.0)
+    smart = plan(scenario, pareto=False, workers=2)
+    full = plan(scenario, exhaustive=True, pareto=False, workers=2, per_tenant=False)
+    assert abs(smart.best.config.num_prefill - full.best.config.num_prefill) <= 1, (
+        smart.best.config.label,
+        full.best.config.label,
+    )
+    assert smart.best.lo >= full.best.lo * 2 ** (-1 / 16)
+    assert smart.num_probes < full.num_probes
