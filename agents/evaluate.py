@@ -250,19 +250,13 @@ def _quantiles(values: np.ndarray) -> tuple[float | None, float | None, float | 
     return float(q[0]), float(q[1]), float(q[2])
 
 
-def _initial_pools(spec: RunSpec) -> dict[str, tuple[int, int]] | None:
-    if spec.grid_point is None:
-        return None
-    return {g: (int(p[0]), int(p[1])) for g, p in spec.grid_point["pools"].items()}
-
-
 def run_one(spec: RunSpec) -> RunResult:
     """Run one policy on one scenario and seed through the env, then score it."""
     import time
 
     start = time.perf_counter()
     scenario = scale_rates(resolve_scenario(Path(spec.scenario_path), spec.traces_dir), spec.rate_scale)
-    env = PDClusterEnv(scenario, initial_pools=_initial_pools(spec), traces_dir=spec.traces_dir)
+    env = PDClusterEnv(scenario, traces_dir=spec.traces_dir)
     policy = make_policy(spec.policy, env.scenario, spec.grid_point)
     env.reset(seed=spec.seed)
     episode_return = 0.0

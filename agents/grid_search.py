@@ -9,12 +9,13 @@ its pool bounds) and one route level for every tenant:
   ``max_local_input_tokens = N/2``, no decode-pressure requirement, the seed's queue-wait fallback.
 
 Each configuration runs through :func:`agents.evaluate.run_one` — the same env, guard and scoring as every
-policy — starting at its split (it knows the scenario), on the search seeds. ``pdctl evaluate`` searches on the
-evaluation seeds themselves, so ``grid:`` is the exact best static configuration *of the evaluated sample paths*
-(an oracle over static configurations: it knows the load it will be scored on). The best mean priority-weighted
-goodput wins (ties: higher return). It is not an upper bound for dynamic policies: a per-request rule that reads
-queues (e.g. legacy Dynamo's) can beat every static threshold. Results are cached as JSON per scenario content,
-grid definition and seeds; runs are spread over processes.
+policy, from the same starting deployment (the scenario's): the static policy asks for its split from the first
+interval and the guard walks the pools there, as it would for any policy — on the search seeds.
+``pdctl evaluate`` searches on the evaluation seeds themselves, so ``grid:`` is the exact best static
+configuration *of the evaluated sample paths* (an oracle over static configurations: it knows the load it will be
+scored on). The best mean priority-weighted goodput wins (ties: higher return). It is not an upper bound for
+dynamic policies: a per-request rule that reads queues (e.g. legacy Dynamo's) can beat every static threshold.
+Results are cached as JSON per scenario content, grid definition and seeds; runs are spread over processes.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ __all__ = [
     "static_policy",
 ]
 
-GRID_VERSION = 2
+GRID_VERSION = 3
 """Bump when the grid, the scoring or the env changes what a cached result means."""
 SEARCH_SEEDS: tuple[int, ...] = (0, 1, 2)
 DEFAULT_CACHE_DIR = Path(__file__).resolve().parents[1] / "experiments" / "results" / "grid_cache"

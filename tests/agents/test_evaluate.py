@@ -147,10 +147,11 @@ def test_grid_search_is_cached_and_picks_the_best(
 
     monkeypatch.setattr(ev, "run_many", boom)
     assert gs.search(tiny_path, seeds=(0,), workers=1, cache_dir=tmp_path / "cache") == result
-    # the grid policy starts at its split and holds it
-    spec = ev.RunSpec("grid:", str(tiny_path), 0, record=True, grid_point=result["best"])
-    timeline = ev.run_one(spec).timeline
-    assert {row["g0/prefill"] for row in timeline} == {result["best"]["pools"]["g0"][0]}
+    # the grid policy starts from the scenario's deployment like every policy and walks (guarded) to its split
+    point = {"pools": {"g0": [0, 4]}, "route": "local"}
+    timeline = ev.run_one(ev.RunSpec("grid:", str(tiny_path), 0, record=True, grid_point=point)).timeline
+    assert timeline[0]["g0/prefill"] == 2
+    assert timeline[-1]["g0/prefill"] == 0
 
 
 def test_sweep_brackets_the_target(tiny_path: Path) -> None:
