@@ -19,7 +19,9 @@ link completions, transfer timeouts and instances becoming ready. Nothing is pai
 * route: :func:`policies.routing.decide_route` with the tenant's thresholds and a
   :class:`~policies.schema.LiveState` read from those instances (prefill wait = queued prefill tokens / the
   instance's prefill rate; decode pressure = max(KV usage, running / ``max_num_seqs``); prefix hit tokens on the
-  decode instance; transfer health = recent failure fraction of the group below the scenario's threshold).
+  decode instance; transfer health = recent failure fraction of the group below the scenario's threshold; for the
+  peer rules, the prefill instance's waiting requests and queued prompt tokens and the decode instance's KV usage
+  with the request's uncached prompt added).
 
 **KV transfer** (remote route): bytes = (prompt − tokens the decode instance already caches) × KV bytes per
 token of the whole model (all TP shards), over the prefill instance's link (:mod:`env.sim.transfer`). On failure
@@ -486,6 +488,11 @@ class ClusterSimulator:
             prefix_hit_tokens=hit,
             kv_transfer_healthy=group.recent_failures < self._net.unhealthy_failure_frac,
             num_prefill_instances=len(group.prefill),
+            # inputs of the peer-system rules (legacy Dynamo's queue gate, Dynamo isl_or_load's busy gates)
+            prefill_queue_requests=None if prefill is None else prefill.engine.num_waiting,
+            prefill_active_tokens=None if prefill is None else float(queued),
+            prefill_max_batched_tokens=None if prefill is None else prefill.engine.config.max_num_batched_tokens,
+            decode_kv_usage_frac=min((decode_kv + input_tokens - hit) / config.kv_capacity_tokens, 1.0),
         )
         features = RequestFeatures(request.request_id, name, input_tokens, self._expected_output[tenant])
         decision = decide_route(features, self.thresholds[tenant], live)

@@ -178,3 +178,19 @@ def test_preempted_and_readmitted_request_finishes_once() -> None:
     result = run_one(RunSpec("baseline:dynamo-load", str(SCENARIO_DIR / "batch-summarization-8.yaml"), 1))
     total = next(r for r in result.rows if r["tenant"] == "ALL")
     assert total["finished"] <= total["arrived"]
+
+
+def test_peer_rules_see_their_live_inputs() -> None:
+    # legacy Dynamo routes locally when the prefill queue holds >= 2 requests: the simulator must pass the queue
+    from collections import Counter
+
+    from agents.evaluate import make_policy
+
+    env = PDClusterEnv("rag-surge-8")
+    env.reset(seed=0)
+    policy = make_policy("baseline:dynamo-legacy", env.scenario)
+    while env.sim.now_s < env.scenario.duration_s:
+        env.control(policy.decide(env.observation(), env.policy_context()))
+    reasons = Counter(r.reason.value for per in env.sim.arrived for r in per)
+    assert reasons["baseline_prefill_queue_full"] > 0
+    assert reasons["baseline_uncached_above"] > reasons["baseline_prefill_queue_full"]
