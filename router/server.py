@@ -24,7 +24,7 @@ async def serve(config: RouterConfig, stop: asyncio.Event | None = None) -> None
             loop.add_signal_handler(sig, stop.set)
     router = Router(config)
     await router.start()
-    if router.admin.state() and config.resolved_admin_token() is None:
+    if config.resolved_admin_token() is None:
         log.warning("no admin token configured (admin_token or PDCTL_ADMIN_TOKEN): the admin API refuses every call")
     log.info("router listening on %s with %d instances", router.url, len(config.instances))
     print(f"router listening on {router.url}", flush=True)
