@@ -45,3 +45,36 @@ def test_invalid_files_name_the_field(tmp_path: Path, text: str, fragment: str) 
     with pytest.raises(RouterConfigError, match=r"router\.yaml") as info:
         load_router_config(path)
     assert fragment in str(info.value)
+
+
+def test_pdctl_router_refuses_an_invalid_config(tmp_path: Path) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from pdctl.commands.router import register
+
+    app = typer.Typer()
+    register(app, "router", "Run the router.")
+    path = tmp_path / "router.yaml"
+    path.write_text(GOOD.replace("role: decode", "role: both"))
+    result = CliRunner().invoke(app, ["--config", str(path)])
+    assert result.exit_code == 2
+    assert "instances.1.role" in result.output
+
+
+async def test_serve_runs_until_stopped(tmp_path: Path) -> None:
+    import asyncio
+
+    from router.config import RouterConfig
+    from router.server import serve
+
+    config = RouterConfig.model_validate(
+        {"listen": {"port": 0}, "instances": [{"id": "d0", "url": "http://127.0.0.1:9", "role": "decode"}]}
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(config, stop))
+    await asyncio.sleep(0.3)
+    assert not task.done()
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert task.exception() is None
