@@ -53,7 +53,7 @@ class ChaosTable:
     ) -> ChaosRow:
         row = ChaosRow(
             case, faults, unit, tally.sent, tally.count("ok"), tally.count("failed"), tally.count("lost"),
-            tally.p99_ms(), baseline.p99_ms() if baseline is not None else None, notes,
+            tally.p99_ms() if unit == "requests" else None, baseline.p99_ms() if baseline is not None else None, notes,
             time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         )  # fmt: skip
         self.rows.append(row)

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from tests.router.cluster import ADMIN_TOKEN, LiveCluster, live_cluster
 
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 T = TypeVar("T")
 BOUND_S = 20.0
 API_KEY = "sk-fuzz-client-secret-7f3a9c"
