@@ -17,9 +17,9 @@ configuration (common random numbers), scored by the simulator's own summary
 (:func:`env.sim.summary.summarize`: goodput = requests meeting both objectives per second of horizon;
 attainment here is over *arrived* requests, so unfinished and rejected requests count as misses, as in
 :mod:`agents.evaluate`). The best configuration has the highest sustainable rate; ties (equal within the
-precision) go to the higher attainment at the first failing multiplier (run to the end for the tied leaders),
-then the higher goodput at the sustainable rate, then fewer per-tenant exceptions and the simpler
-configuration (aggregated, then fewer prefill instances).
+precision) go to fewer per-tenant exceptions (an exception must raise the capacity), then the higher attainment
+at the first failing multiplier (run to the end for the tied leaders), then the higher goodput at the
+sustainable rate, then the simpler configuration (aggregated, then fewer prefill instances).
 
 **Search** (AIConfigurator-style offline sweep, made cheap):
 
@@ -241,7 +241,7 @@ def load_plan_scenario(
     slo: SloConfig | None = None,
     model_profile: str | None = None,
     tp: int | None = None,
-    horizon_s: float = 120.0,
+    horizon_s: float = 30.0,
     seed: int = 0,
     traces_dir: str | Path | None = None,
 ) -> Scenario:
@@ -876,7 +876,7 @@ def _rank_key(at_capacity: Mapping[PlanConfig, Probe]) -> Callable[[Capacity], t
         simple = 0 if cap.config.is_aggregated else 1
         exceptions = len(cap.config.tenant_routes)
         config = cap.config
-        return (-cap.lo, -cap.attainment_at_hi, -goodput, exceptions, simple, config.num_prefill, _level_order(config))
+        return (-cap.lo, exceptions, -cap.attainment_at_hi, -goodput, simple, config.num_prefill, _level_order(config))
 
     return key
 

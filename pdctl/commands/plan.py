@@ -230,7 +230,7 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         levels: str = typer.Option(
             "512,1024,2048,4096,8192", "--levels", help="Remote-prefill min_input_tokens levels to try."
         ),
-        horizon_s: float = typer.Option(60.0, "--horizon", help="Simulated seconds of arrivals per probe."),
+        horizon_s: float = typer.Option(30.0, "--horizon", help="Simulated seconds of arrivals per probe."),
         target: float = typer.Option(0.9, "--target", help="SLO attainment that counts as sustainable."),
         seed: int = typer.Option(0, "--seed", help="Workload seed (every probe uses it)."),
         workers: int = typer.Option(0, "--workers", help="Processes (0 = the CPUs available)."),
