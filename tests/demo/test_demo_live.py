@@ -67,6 +67,8 @@ def test_short_demo_runs_both_phases_reports_and_leaves_no_process(tmp_path: Pat
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
         leftovers = processes_mentioning(str(out))
         _kill_leftovers(out)
     assert proc.returncode == 0, stdout[-4000:]
@@ -104,13 +106,19 @@ def test_sigint_stops_every_process_the_demo_started(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "the controller never ticked"
             time.sleep(0.5)
         running = processes_mentioning(str(out))
-        assert len(running) >= 4, running  # emulator, router, controller, load generator
+        while len(running) < 4:  # emulator, router, controller, load generator
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, f"the load never started: {running}"
+            time.sleep(0.2)
+            running = processes_mentioning(str(out))
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         stdout, _ = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
         leftovers = processes_mentioning(str(out))
         _kill_leftovers(out)
     assert proc.returncode == 130, stdout[-3000:]
