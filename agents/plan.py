@@ -1007,9 +1007,9 @@ def _explore_plateau(
     """Grow the set of configurations tied at the top until it is closed under its neighbours.
 
     Capacity landscapes are often flat at the top (several splits and levels within one grid step). Every
-    disaggregated configuration tied with the best gets its neighbours searched (one more or one fewer prefill
-    instance at its level, and every level at its split), from the known capacity, so the tie-break sees the
-    whole plateau that an exhaustive search would.
+    disaggregated configuration tied with the best gets its neighbours searched (every level at its split and at
+    one prefill instance more or fewer), from the known capacity, so the tie-break sees the plateau that an
+    exhaustive search would.
     """
     for round_index in range(num_instances):
         top = max(c.lo for c in caps.values())
@@ -1019,8 +1019,12 @@ def _explore_plateau(
         new: list[PlanConfig] = []
         for config in tied:
             p = config.num_prefill
-            around = [PlanConfig(q, num_instances - q, config.route) for q in (p - 1, p + 1) if 1 <= q < num_instances]
-            around += [PlanConfig(p, num_instances - p, level) for level in levels]
+            around = [
+                PlanConfig(q, num_instances - q, level)
+                for q in (p - 1, p, p + 1)
+                if 1 <= q < num_instances
+                for level in levels
+            ]
             new.extend(c for c in around if c not in caps and c not in new)
         if not new:
             return
