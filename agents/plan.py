@@ -11,15 +11,16 @@
 **Score.** A configuration's capacity is its *maximum sustainable rate*: the largest multiplier ``m`` of the
 workload's request rate at which ≥ ``target_frac`` (90 %) of the arrived requests meet both their TTFT and
 TPOT objectives, found by bisection over ``m`` on the grid ``2 ** (k / steps_per_doubling)`` (≈ 4.4 % steps by
-default, the same grid for every configuration and stage). Every probe
-is one simulator run of ``horizon_s`` seconds of arrivals (plus a drain), on the same seed for every
-configuration (common random numbers), scored by the simulator's own summary
-(:func:`env.sim.summary.summarize`: goodput = requests meeting both objectives per second of horizon;
-attainment here is over *arrived* requests, so unfinished and rejected requests count as misses, as in
-:mod:`agents.evaluate`). The best configuration has the highest sustainable rate; ties (equal within the
-precision) go to fewer per-tenant exceptions (an exception must raise the capacity), then the higher attainment
-at the first failing multiplier (run to the end for the tied leaders), then the higher goodput at the
-sustainable rate, then the simpler configuration (aggregated, then fewer prefill instances).
+default, the same grid for every configuration and stage). Every probe is one simulator run of ``horizon_s``
+seconds of arrivals (plus a drain), on the same seed for every configuration (common random numbers), scored
+by the simulator's own summary (:func:`env.sim.summary.summarize`: goodput = requests meeting both objectives
+per second of horizon; attainment here is over *arrived* requests, so unfinished and rejected requests count
+as misses, as in :mod:`agents.evaluate`). A search probe stops early once its attainment can no longer reach
+the target (only a failing run can stop); tables and the front use complete runs. The best configuration has
+the highest sustainable rate; ties (within one grid step) go to fewer per-tenant exceptions (an exception must
+raise the capacity), then the higher attainment at the first failing multiplier (run to the end for the tied
+leaders), then the higher goodput at the sustainable rate, then the simpler configuration (aggregated, then
+fewer prefill instances).
 
 **Search** (AIConfigurator-style offline sweep, made cheap):
 
@@ -28,21 +29,28 @@ sustainable rate, then the simpler configuration (aggregated, then fewer prefill
    (their capacity is below a rung some other candidate sustains: dominated). The survivors are bisected
    together; at each probe the ones that fail drop out. Low rungs are cheap (few requests), and most
    candidates leave early.
-2. *Coarse to fine over splits.* The first round runs aggregated plus the splits at about 1/4, 1/2 and 3/4 of
-   the instances (and 1 and N-1) under every route level. The second round runs every split within one coarse
-   step of the best one under the best two levels, starting from the capacity already known (so a weaker
-   candidate is rejected by one probe). The third runs every level at the best split and its neighbours.
-   ``exhaustive=True`` runs one round over every candidate (the reference the tests compare with).
+2. *Coarse to fine over splits.* The first round runs aggregated plus the splits at 1, about 1/4, 1/2 and 3/4
+   of the instances, and N-1, under three levels (always remote and every other ``remote>=T``). The second
+   round runs every split within one coarse step of the best disaggregated one under the best two levels,
+   the third every level at the best split and its neighbours, and the *plateau* rounds every level around
+   each configuration that ties with the best, until the tied set is closed (the tie-break then sees what an
+   exhaustive search sees). These rounds start from the capacity already known: a weaker candidate costs one
+   probe, a tying one two. ``exhaustive=True`` runs one round over every candidate (the reference the tests
+   compare with).
+3. *Per tenant.* With several tenants, each tenant in turn tries every other level at the best split while
+   the others keep theirs (coordinate ascent); an exception is kept only if it raises the capacity.
 
-Probes run in parallel processes and are cached as JSON files keyed by a content hash of the scenario, the
-configuration, the rate multiplier, the seed and the code version (the source of the simulator, performance
-model, workloads, routing and this module). Everything is seeded; results do not depend on ``workers``.
+Probes run in parallel processes and are cached as JSON files keyed by a content hash of the scenario (with
+the size and modification time of the trace files it reads), the configuration, the rate multiplier, the
+early-stop target and the code version (the source of the simulator, performance model, workloads, routing and
+this module). Everything is seeded; results do not depend on ``workers`` or on the cache.
 
-Besides the best configuration the result carries every probe (goodput at the SLO per configuration and rate),
-the workload's own-rate goodput of every configuration reached, and the **Pareto front of goodput per GPU
-versus offered rate**: the leading configurations are run on a common rate grid (fractions of the best
-capacity) and, at each rate, the configuration with the highest goodput per GPU is on the front (the others
-are dominated at that rate). :func:`policy_document` turns the best configuration into a per-tenant policy file.
+Besides the best configuration the result carries every probe (goodput at the SLO per configuration and
+rate), each configuration's goodput at its sustainable rate, and the **Pareto front of goodput per GPU versus
+offered rate**: the two leading configurations and the best aggregated one are run on a common rate grid
+(fractions of the best capacity) and, at each rate, the configuration with the highest goodput per GPU is on
+the front (the others are dominated at that rate). :func:`policy_document` turns the best configuration into a
+per-tenant policy file.
 """
 
 from __future__ import annotations
@@ -930,6 +938,8 @@ def plan(
             """Exact attainment at the first failing multiplier for the configurations tied at the top."""
             runner.stage = "tie-break"
             top_lo = max(c.lo for c in caps.values())
+            if top_lo <= 0:
+                return
             tied = [(c.config, c.hi) for c in caps.values() if c.lo == top_lo and c.hi is not None]
             for probe in runner.run(tied, exact=True):
                 caps[probe.config].attainment_at_hi = probe.slo_attainment_frac
