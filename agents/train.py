@@ -46,6 +46,9 @@ from agents.tracking import MlflowWriter, provenance_tags, run_name
 from env.gym_env import PDClusterEnv
 from policies.features import ObservationLayout
 
+VALIDATION_SEED = 900
+"""Checkpoints are compared on this seed: neither a training reset seed nor an evaluation seed (≥ 1000)."""
+
 __all__ = ["EvalCheckpointCallback", "ScenarioMix", "TrainResult", "evaluate_policies", "make_vec_env", "train"]
 
 
@@ -166,7 +169,7 @@ def _warm_start(model: MaskablePPO, venv: VecNormalize, config: ExperimentConfig
 
 
 class EvalCheckpointCallback(BaseCallback):
-    """Every ``every_steps``: export a checkpoint, evaluate it held-out, keep the best, stop on a plateau."""
+    """Every ``every_steps``: export a checkpoint, score it on the validation seed, keep the best, stop on a plateau."""
 
     def __init__(
         self,
@@ -188,9 +191,9 @@ class EvalCheckpointCallback(BaseCallback):
         self._next = config.eval_every_steps
 
     def evaluate_now(self) -> float:
-        """Export the current policy, evaluate it on the first held-out seed, keep it if it is the best so far."""
+        """Export the current policy, score it on :data:`VALIDATION_SEED`, keep it if it is the best so far."""
         path = _export(self.model, self.venv, self.out_dir / f"step-{self.num_timesteps}", self.config, self.run_id)
-        goodput = evaluate_policies([f"learned:{path}"], self.scenarios, self.config.eval_seeds[:1])
+        goodput = evaluate_policies([f"learned:{path}"], self.scenarios, [VALIDATION_SEED])
         value = next(iter(goodput.values()))["mean"]
         self.logger.record("eval/weighted_goodput_rps", value)
         if value > self.best_goodput:
@@ -341,7 +344,7 @@ def train(
         artifact = out / "policy"
         chosen = final
         if eval_cb.best_path is not None:
-            final_value = evaluate_policies([f"learned:{final}"], held_out, config.eval_seeds[:1])[f"learned:{final}"]
+            final_value = evaluate_policies([f"learned:{final}"], held_out, [VALIDATION_SEED])[f"learned:{final}"]
             if eval_cb.best_goodput > final_value["mean"]:
                 chosen = eval_cb.best_path
         if artifact.exists():

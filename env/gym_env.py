@@ -4,7 +4,7 @@
 core (:mod:`policies`) turns windows into observations (:func:`policies.features.build_observation`), encoded
 actions into :class:`~policies.schema.ControlAction` (:class:`policies.action_codec.ActionCodec`) and clamps every
 action with the controller's :class:`~policies.guard.SafetyGuard`; :mod:`env.reward` prices the interval.
-Registered as ``pdctl/PDCluster-v0`` in :mod:`env`.
+Registered as ``pdctl/PDCluster-v1`` in :mod:`env`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from policies.schema import ControlAction, MetricWindow, PoolTargets, RoutingThr
 
 __all__ = ["DEFAULT_SCENARIO", "ENV_ID", "SCENARIO_DIR", "ControlStep", "PDClusterEnv", "resolve_scenario"]
 
-ENV_ID = "pdctl/PDCluster-v0"
+ENV_ID = "pdctl/PDCluster-v1"
 SCENARIO_DIR = Path(__file__).resolve().parents[1] / "experiments" / "scenarios"
 """Where scenarios named without a path are looked up (``rag-surge-8`` → ``SCENARIO_DIR/rag-surge-8.yaml``)."""
 DEFAULT_SCENARIO = "rag-surge-8"
@@ -84,11 +84,12 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
 
     ``MultiDiscrete`` from :class:`policies.action_codec.ActionCodec` over a fixed slot layout
     (``layout.max_groups`` tenant-group slots, then ``layout.max_tenants`` tenant slots; by default 2 and 4:
-    24 dimensions). Per group slot: ``prefill_delta`` and ``decode_delta`` (index 0, 1, 2 = −1, 0, +1 instance; an
+    28 dimensions). Per group slot: ``prefill_delta`` and ``decode_delta`` (index 0, 1, 2 = −1, 0, +1 instance; an
     increase at a full budget takes the instance from the other pool). Per tenant slot: levels of
     ``min_remote_input_tokens`` (256, 512, 1024, 2048, 4096, 8192, 16384, never), ``max_prefill_queue_wait_s``
     (0.1, 0.3, 1, 3), ``min_expected_output_tokens`` (0, 32, 128, 512), ``require_decode_pool_pressure`` and
-    ``prefer_local_on_prefix_hit`` (0/1). Unused slots take only their first index (see :meth:`action_masks`).
+    ``prefer_local_on_prefix_hit`` (0/1), and the per-request rule (0 = pdctl's, 1 = legacy Dynamo's queue-aware
+    rule). Unused slots take only their first index (see :meth:`action_masks`).
     :meth:`step_control` takes a :class:`~policies.schema.ControlAction` directly (how rule-based and baseline
     policies drive the same env).
 
@@ -157,6 +158,8 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
     ## Version History
 
     * v0: first version (observation features v1, action codec v1, reward terms goodput/gpu_cost/churn/failures).
+    * v1: action codec v3 — the "never" remote level closes the gap (all local), and a per-tenant rule flag
+      (pdctl / legacy Dynamo); the router's live state carries the peer rules' inputs.
     """
 
     metadata = {"render_modes": []}  # noqa: RUF012 - the gymnasium attribute, never mutated

@@ -7,9 +7,11 @@ A ``MultiDiscrete`` vector, slot by slot like the observation (:class:`~policies
   both increasing at a full budget keeps the counts.
 * per tenant slot: absolute levels (indices into the tables below) of ``min_remote_input_tokens``,
   ``max_prefill_queue_wait_s``, ``min_expected_output_tokens``, ``require_decode_pool_pressure`` and
-  ``prefer_local_on_prefix_hit``. ``max_local_input_tokens`` follows as half the remote threshold (capped by
-  the tenant's base value), so the gap of :mod:`policies.routing` keeps its meaning; the top level ("never
-  remote") closes the gap too, so every request of the tenant is prefilled locally.
+  ``prefer_local_on_prefix_hit``, and the per-request rule (this project's, or legacy Dynamo's queue-aware
+  rule with the remote level as its uncached-token bound). ``max_local_input_tokens`` follows as half the
+  remote threshold (capped by the tenant's base value), so the gap of :mod:`policies.routing` keeps its
+  meaning; the top level ("never remote") closes the gap too, so every request of the tenant is prefilled
+  locally.
 
 :meth:`ActionCodec.encode` is the inverse for pool deltas and the nearest levels for thresholds: it turns a
 :class:`ControlAction` (a baseline's decision, say) into the action a learned policy would have to take.
@@ -29,7 +31,7 @@ import numpy as np
 from gymnasium import spaces
 
 from policies.features import ObservationLayout
-from policies.schema import ControlAction, PoolTargets, RoutingThresholds, Tenant, TenantGroup
+from policies.schema import ControlAction, PoolTargets, RouteRule, RoutingThresholds, Tenant, TenantGroup
 
 __all__ = [
     "ACTION_VERSION",
@@ -39,7 +41,7 @@ __all__ = [
     "ActionCodec",
 ]
 
-ACTION_VERSION = 2
+ACTION_VERSION = 3
 MIN_REMOTE_LEVELS_TOKENS: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192, 16384, 10**9)
 """The last level (10⁹ tokens) means "never remote"."""
 QUEUE_WAIT_LEVELS_S: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
@@ -50,6 +52,7 @@ _TENANT_DIMS = (
     len(MIN_REMOTE_LEVELS_TOKENS),
     len(QUEUE_WAIT_LEVELS_S),
     len(MIN_EXPECTED_OUTPUT_LEVELS_TOKENS),
+    2,
     2,
     2,
 )
@@ -100,12 +103,14 @@ class ActionCodec:
 
     @staticmethod
     def _levels(t: RoutingThresholds) -> list[int]:
+        legacy = t.rule is RouteRule.DYNAMO_LEGACY
         return [
-            _nearest(MIN_REMOTE_LEVELS_TOKENS, t.min_remote_input_tokens),
+            _nearest(MIN_REMOTE_LEVELS_TOKENS, t.max_local_input_tokens if legacy else t.min_remote_input_tokens),
             _nearest(QUEUE_WAIT_LEVELS_S, t.max_prefill_queue_wait_s),
             _nearest(MIN_EXPECTED_OUTPUT_LEVELS_TOKENS, t.min_expected_output_tokens),
             int(t.require_decode_pool_pressure),
             int(t.prefer_local_on_prefix_hit),
+            int(legacy),
         ]
 
     def decode(
@@ -135,10 +140,14 @@ class ActionCodec:
             base = base_thresholds.get(tenant.name, RoutingThresholds())
             min_remote = MIN_REMOTE_LEVELS_TOKENS[levels[0]]
             never = levels[0] == len(MIN_REMOTE_LEVELS_TOKENS) - 1
+            legacy = bool(levels[5])
             thresholds[tenant.name] = replace(
                 base,
+                rule=RouteRule.DYNAMO_LEGACY if legacy else RouteRule.PDCTL,
                 min_remote_input_tokens=min_remote,
-                max_local_input_tokens=min_remote if never else min(base.max_local_input_tokens, min_remote // 2),
+                max_local_input_tokens=min_remote
+                if never or legacy
+                else min(base.max_local_input_tokens, min_remote // 2),
                 max_prefill_queue_wait_s=QUEUE_WAIT_LEVELS_S[levels[1]],
                 min_expected_output_tokens=MIN_EXPECTED_OUTPUT_LEVELS_TOKENS[levels[2]],
                 require_decode_pool_pressure=bool(levels[3]),

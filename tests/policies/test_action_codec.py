@@ -98,7 +98,7 @@ def test_encode_inverts_decode(data: st.DataObject) -> None:
     a = np.array([data.draw(st.integers(0, int(n) - 1)) for n in CODEC.nvec])
     a[2:4] = 1  # unused group slot: no change
     offset = 2 * LAYOUT.max_groups
-    a[offset + 2 * 5 :] = 0  # unused tenant slot
+    a[offset + 2 * (len(CODEC.nvec) - offset) // LAYOUT.max_tenants :] = 0  # unused tenant slot
     action = CODEC.decode(a, TENANTS, groups, current, {})
     again = CODEC.encode(action, TENANTS, groups, current, action.thresholds)
     assert again.tolist() == a.tolist()
