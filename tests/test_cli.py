@@ -70,3 +70,13 @@ def test_console_script_runs_as_a_module() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "ok" in proc.stdout
+
+
+def test_sim_runs_deciding_policies() -> None:
+    scenario = str(Path(__file__).resolve().parents[1] / "experiments" / "scenarios" / "short-flood-8.yaml")
+    ok = runner.invoke(app, ["sim", "--scenario", scenario, "--policy", "baseline:dynamo-legacy"])
+    assert ok.exit_code == 0, ok.output
+    assert "requests/s" in ok.output
+    bad = runner.invoke(app, ["sim", "--scenario", scenario, "--policy", "baseline:nope"])
+    assert bad.exit_code == 2
+    assert "unknown baseline 'nope'" in bad.output

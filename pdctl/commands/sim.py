@@ -1,7 +1,9 @@
 """``pdctl sim``: run a scenario in the discrete-event simulator and print per-tenant results.
 
 The policy is given by name: ``file:PATH.yaml`` (a policy file: thresholds per tenant; pools stay as the
-scenario starts them). Other kinds (``baseline:``, ``learned:``, ``registry:``) are refused for now.
+scenario starts them) runs the simulator straight through; ``baseline:NAME``, ``learned:PATH`` and
+``registry:models:/NAME@ALIAS`` decide every control interval through the same loop the evaluation harness and
+the gym env use (observation → policy → safety guard → simulator).
 Bad input (missing file, bad YAML, unknown field) prints one line naming the file and field and exits 2.
 """
 
@@ -11,6 +13,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -31,9 +34,7 @@ def _thresholds(spec: str, tenants: list[str]) -> dict[str, object]:
 
     kind, _, value = spec.partition(":")
     if kind != "file" or not value:
-        if kind in ("baseline", "learned", "registry") and value:
-            raise _fail(f"policy kind {kind!r} is not supported by this version of pdctl sim (use file:PATH.yaml)")
-        raise _fail(f"policy {spec!r}: expected file:PATH.yaml")
+        raise _fail(f"policy {spec!r}: expected file:PATH.yaml, baseline:NAME, learned:PATH or registry:models:/N@A")
     try:
         resolved = resolve_policy(load_policy_file(Path(value)), value)
     except PolicyFileError as exc:
@@ -49,15 +50,18 @@ def _run(scenario_path: Path, policy: str, seed: int | None, json_out: Path | No
     from env.perf.profile import ProfileError
     from env.scenario import ScenarioError, load_scenario
     from env.sim.build import build_simulator, generate_workloads, load_profile
-    from env.sim.summary import summarize
     from env.workloads.errors import WorkloadError
 
     try:
         scenario = load_scenario(scenario_path, traces_dir=traces)
     except ScenarioError as exc:
         raise _fail(exc.problems[0]) from None
-    thresholds = _thresholds(policy, [t.name for t in scenario.tenants])
     run_seed = scenario.seed if seed is None else seed
+    if policy.partition(":")[0] in ("baseline", "learned", "registry"):
+        sim, wall = _run_controlled(scenario, policy, run_seed, traces)
+        _report(sim, wall, scenario, policy, run_seed, json_out)
+        return
+    thresholds = _thresholds(policy, [t.name for t in scenario.tenants])
     try:
         profile = load_profile(scenario)
         workloads = generate_workloads(scenario, run_seed)
@@ -71,7 +75,45 @@ def _run(scenario_path: Path, policy: str, seed: int | None, json_out: Path | No
         sim.run_until(t)
         sim.snapshot()
     sim.run(max_time_s=scenario.duration_s + scenario.drain_s)
-    wall = time.perf_counter() - start
+    _report(sim, time.perf_counter() - start, scenario, policy, run_seed, json_out)
+
+
+def _run_controlled(scenario: Any, policy_spec: str, seed: int, traces: Path | None) -> tuple[Any, float]:
+    """Drive the scenario with a deciding policy through the env's observe → decide → guard → simulate loop."""
+    from agents.evaluate import make_policy
+    from env.gym_env import PDClusterEnv
+    from policies.base import Policy
+    from policies.learned import LearnedPolicy, PolicyLoadError
+    from policies.registry import PolicySpecError
+
+    try:
+        policy: Policy
+        if policy_spec.startswith("registry:"):
+            from controller.policy_registry import mlflow_resolver
+            from policies.policy_file import PolicyFile, resolve_policy
+            from policies.registry import load_policy
+
+            policy = load_policy(policy_spec, resolve_policy(PolicyFile()), resolver=mlflow_resolver())
+        else:
+            policy = make_policy(policy_spec, scenario)
+    except (ValueError, PolicySpecError, PolicyLoadError) as exc:
+        raise _fail(str(exc).splitlines()[0]) from None
+    layout = policy.manifest.layout if isinstance(policy, LearnedPolicy) else None
+    try:
+        env = PDClusterEnv(scenario, layout=layout, traces_dir=traces)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    start = time.perf_counter()
+    env.reset(seed=seed)
+    while env.sim.now_s < scenario.duration_s - 1e-9:
+        env.control(policy.decide(env.observation(), env.policy_context()))
+    sim = env.drain()
+    return sim, time.perf_counter() - start
+
+
+def _report(sim: Any, wall: float, scenario: Any, policy: str, run_seed: int, json_out: Path | None) -> None:
+    from env.sim.summary import summarize
+
     summary = summarize(sim, wall, scenario.name, policy, run_seed, horizon_s=scenario.duration_s)
 
     table = Table(title=f"{scenario.name} — {policy} (seed {run_seed})")
@@ -117,7 +159,9 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
     @app.command(name=name, help=help_text)
     def sim(
         scenario: Path = typer.Option(..., "--scenario", help="Scenario YAML file."),  # noqa: B008
-        policy: str = typer.Option(..., "--policy", help="Policy: file:PATH.yaml."),
+        policy: str = typer.Option(
+            ..., "--policy", help="Policy: file:PATH.yaml, baseline:NAME, learned:PATH or registry:models:/NAME@ALIAS."
+        ),
         seed: int | None = typer.Option(None, "--seed", help="Seed (default: the scenario's)."),
         json_out: Path | None = typer.Option(None, "--json", help="Write the summary as JSON here."),  # noqa: B008
         traces: Path | None = typer.Option(  # noqa: B008
