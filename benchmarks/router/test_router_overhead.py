@@ -20,7 +20,7 @@ At each level ``C`` (50, 200, 500 streams) ``C`` closed-loop clients each send s
 random think time (U(0, 50 ms), seeded) before each to avoid lock-step bursts. The instance runs at
 ``--time-scale`` ``TIME_SCALE`` so that the three processes fit this machine's CPUs at 500 streams.
 
-Run: ``PYTHONHASHSEED=0 python -m pytest benchmarks/router -m benchmark -q -s -p no:randomly``; results go to
+Run: ``PYTHONHASHSEED=0 python -m pytest benchmarks/router/test_router_overhead.py -m benchmark -q -s -p no:randomly``; results go to
 ``benchmarks/results/router.md``.
 """
 
@@ -320,7 +320,7 @@ def test_router_overhead_vs_direct_and_reference(tmp_path: Path) -> None:
     write_fragment(
         "router_overhead",
         "Router added latency vs a FastAPI + httpx pass-through proxy (same run)",
-        "PYTHONHASHSEED=0 python -m pytest benchmarks/router -m benchmark -q -s -p no:randomly",
+        "PYTHONHASHSEED=0 python -m pytest benchmarks/router/test_router_overhead.py -m benchmark -q -s -p no:randomly",
         _round_figures(per_round, tracer),
         notes=f"Added = the proxy's transit minus the direct path's transit at the same percentile; {ROUNDS} "
         f"interleaved rounds x {REQUESTS_PER_CLIENT} requests per client (one sample per round; pooled figures, "
@@ -331,7 +331,7 @@ def test_router_overhead_vs_direct_and_reference(tmp_path: Path) -> None:
     met = at["router_ttft_p99_ms"] < 2.0 and at["router_ttft_p99_ms"] < at["reference_ttft_p99_ms"]
     text = f"""# Router overhead benchmark
 
-Command: `PYTHONHASHSEED=0 python -m pytest benchmarks/router -m benchmark -q -s -p no:randomly`
+Command: `PYTHONHASHSEED=0 python -m pytest benchmarks/router/test_router_overhead.py -m benchmark -q -s -p no:randomly`
 (run {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started))}, {time.time() - started:.0f} s; {platform.machine()},
 {os.cpu_count()} CPUs shared with other jobs, Python {platform.python_version()}, no uvloop).
 
