@@ -20,8 +20,8 @@ At each level ``C`` (50, 200, 500 streams) ``C`` closed-loop clients each send s
 random think time (U(0, 50 ms), seeded) before each to avoid lock-step bursts. The instance runs at
 ``--time-scale`` ``TIME_SCALE`` so that the three processes fit this machine's CPUs at 500 streams.
 
-Run: ``PYTHONHASHSEED=0 python -m pytest benchmarks/router/test_router_overhead.py -m benchmark -q -s -p no:randomly``; results go to
-``benchmarks/results/router.md``.
+Run: ``PYTHONHASHSEED=0 python -m pytest benchmarks/router/test_router_overhead.py -m benchmark -q -s -p no:randomly``
+(results go to ``benchmarks/results/router.md``).
 """
 
 from __future__ import annotations
