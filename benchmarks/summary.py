@@ -17,6 +17,37 @@ RAW = RESULTS / "raw"
 ORDER = ["sim", "env", "policy_decide", "controller", "router_overhead", "router_memory", "soak"]
 
 
+TARGETS = [
+    # (fragment name prefix, metric, configuration prefix, statistic, operator, limit, the target as stated)
+    ("sim_azure", "wall time of the whole trace", "", "min", "<", 2.0, "Azure conversation hour simulated in < 2 s"),
+    ("sim", "simulated requests per wall second", "", "median", ">=", 50_000, ">= 50,000 simulated requests / s"),
+    ("env", "env steps per second", "", "median", ">=", 1000 / 30, "1,000 env steps in < 30 s on 2 cores"),
+    ("controller", "tick CPU time", "", "median", "<", 100.0, "controller tick < 100 ms CPU (median)"),
+    ("router_overhead", "added TTFT p99", "200 streams, router", "median", "<", 2.0, "router added p99 TTFT < 2 ms"),
+    ("soak", "instance changes per hour", "", "max", "<=", 12, "soak: <= 12 instance changes in any hour"),
+]
+"""Targets set by the project's issues; the verdicts below are computed from the measured figures."""
+
+
+def _verdicts(docs: list[dict[str, Any]]) -> list[str]:
+    rows = []
+    for prefix, metric, config, stat, op, limit, label in TARGETS:
+        for doc in docs:
+            if not doc["name"].startswith(prefix):
+                continue
+            for f in doc["figures"]:
+                if f["metric"] != metric or not f["config"].startswith(config):
+                    continue
+                value = f[stat]
+                ok = {"<": value < limit, "<=": value <= limit, ">=": value >= limit}[op]
+                rows.append(
+                    f"| {label} | {f['config']} | {stat} {_num(value)} {f['unit']} | {'met' if ok else '**missed**'} |"
+                )
+    if not rows:
+        return []
+    return ["## Targets", "", "| target | configuration | measured | verdict |", "|---|---|---|---|", *rows, ""]
+
+
 def _num(value: float) -> str:
     magnitude = abs(value)
     if magnitude >= 1000:
@@ -74,7 +105,7 @@ def render(docs: list[dict[str, Any]]) -> str:
         if doc.get("notes"):
             lines += ["", doc["notes"]]
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _verdicts(docs))
 
 
 def write_summary(raw: Path = RAW, out: Path = RESULTS) -> Path | None:

@@ -68,7 +68,14 @@ async def _cycle(session: aiohttp.ClientSession, url: str, pid: int) -> tuple[fl
     event = asyncio.Event()
     tasks = [asyncio.create_task(_open_stream(session, url, k, started, event)) for k in range(STREAMS)]
     try:
-        await asyncio.wait_for(event.wait(), 120)
+        deadline = asyncio.get_running_loop().time() + 300
+        while not event.is_set():
+            failed = [t for t in tasks if t.done() and not t.cancelled() and t.exception() is not None]
+            if failed:
+                raise failed[0].exception()  # type: ignore[misc]
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"only {len(started)} of {STREAMS} streams started within 300 s")
+            await asyncio.sleep(0.2)
         assert await _in_flight(session, url) == STREAMS
         readings = []
         for _ in range(3):
