@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "router": "Run the P/D router (OpenAI-compatible proxy).",
     "controller": "Run the controller daemon (observe, decide, guard, actuate).",
     "loadgen": "Replay a scenario or trace against an OpenAI endpoint.",
+    "launch": "Start real vLLM prefill/decode instances with NixlConnector (GPU machines).",
     "demo": "Start an emulated cluster, the router, the controller and a load, and report.",
     "policy": "Validate, show, register and promote policies.",
 }
