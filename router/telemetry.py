@@ -29,18 +29,10 @@ from typing import IO, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from policies.schema import STAGES
+
 __all__ = ["STAGES", "RequestLog", "RequestRecord", "RouterMetrics"]
 
-STAGES = (
-    "request_queue_wait",
-    "prefill_compute_time",
-    "kv_cache_pack_time",
-    "kv_cache_transfer_time",
-    "kv_cache_unpack_time",
-    "decode_queue_wait",
-    "first_token_emit_time",
-    "per_token_decode_time",
-)
 
 _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                  40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip

@@ -12,17 +12,24 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from env.sim.telemetry import (
+    BUCKETS_ITERATION_TOKENS,
+    BUCKETS_ITL_S,
+    BUCKETS_LATENCY_S,
+    BUCKETS_NIXL_BYTES,
+    BUCKETS_NIXL_XFER_S,
+    BUCKETS_TTFT_S,
+    buckets_1_2_5,
+)
+
 __all__ = ["BUCKETS_ITL", "BUCKETS_LAT", "BUCKETS_TTFT", "VllmMetrics", "buckets_125"]
 
-BUCKETS_TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-                40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
-BUCKETS_ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
-               80.0)  # fmt: skip
-BUCKETS_LAT = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
-               960.0, 1920.0, 7680.0)  # fmt: skip
-BUCKETS_ITER = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-BUCKETS_NIXL_TIME = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0)
-BUCKETS_NIXL_BYTES = tuple(float(2**k) for k in range(11, 34, 2))
+# vLLM's bucket families, defined once beside the simulator's counters (the two must agree).
+BUCKETS_TTFT = BUCKETS_TTFT_S
+BUCKETS_ITL = BUCKETS_ITL_S
+BUCKETS_LAT = BUCKETS_LATENCY_S
+BUCKETS_ITER = BUCKETS_ITERATION_TOKENS
+BUCKETS_NIXL_TIME = BUCKETS_NIXL_XFER_S
 BUCKETS_NIXL_DESCRIPTORS = (10, 20, 30, 50, 75, 100, 200, 400, 1000, 2000, 4000, 10000, 20000, 50000)
 
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
@@ -31,17 +38,7 @@ PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 
 
-def buckets_125(max_value: int) -> tuple[float, ...]:
-    """Like vLLM's ``build_1_2_5_buckets``: 1, 2, 5, 10, 20, 50, … up to ``max_value``."""
-    out: list[float] = []
-    exponent = 0
-    while True:
-        for mantissa in (1, 2, 5):
-            value = mantissa * 10**exponent
-            if value > max_value:
-                return tuple(out)
-            out.append(float(value))
-        exponent += 1
+buckets_125 = buckets_1_2_5
 
 
 class VllmMetrics:
