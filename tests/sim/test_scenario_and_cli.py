@@ -96,7 +96,8 @@ def test_pdctl_sim_runs_and_writes_json(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--policy", "baseline:static"], "not supported"),
+        (["--policy", "baseline:static"], "unknown baseline 'static'"),
+        (["--policy", "learned:/nonexistent/artifact"], "/nonexistent/artifact/manifest.json: missing"),
         (["--policy", "file:/nonexistent/policy.yaml"], "/nonexistent/policy.yaml"),
         (["--policy", "nonsense"], "expected file:PATH.yaml"),
     ],
