@@ -1,10 +1,11 @@
-"""The policy registry on MLflow: register, list, resolve and promote policies behind aliases.
+"""The policy registry on MLflow: register, list and promote policies behind aliases.
 
 A registered policy is an MLflow model version whose source is a directory of artifacts:
 
 * a **learned** policy: ``manifest.json`` + ``weights.safetensors`` (:mod:`policies.learned`);
 * a **rule** policy: ``policy.yaml`` (a policy file) + ``manifest.json`` with ``{"kind": "file"}``.
 
+Resolving ``models:/NAME@ALIAS`` back to files is the serving side's job (:mod:`controller.policy_registry`).
 A new version gets the alias ``challenger``. :func:`promote` moves ``champion`` (or any alias) to a version only
 when its held-out evaluation beats the current champion and the best baseline by ``margin_frac``; the numbers
 are version tags written at registration (``eval.goodput``, ``eval.best_baseline_goodput``), so the gate needs
@@ -36,7 +37,6 @@ __all__ = [
     "list_policies",
     "promote",
     "register_policy",
-    "resolve_policy_uri",
 ]
 
 DEFAULT_TRACKING_DIR = Path("data") / "mlflow"
@@ -242,24 +242,3 @@ def promote(
                 )
     client.set_registered_model_alias(name, alias, str(version))
     return _describe(client, name, version)
-
-
-def resolve_policy_uri(uri: str, *, tracking_uri: str | None = None, dst: str | Path | None = None) -> Path:
-    """Download ``models:/NAME@ALIAS`` (or ``models:/NAME/VERSION``) and return the local artifact directory."""
-    import mlflow
-
-    client = _client(tracking_uri)
-    if not uri.startswith("models:/"):
-        raise RegistryError(f"{uri}: expected models:/NAME@ALIAS or models:/NAME/VERSION")
-    body = uri.removeprefix("models:/")
-    try:
-        if "@" in body:
-            name, alias = body.split("@", 1)
-            mv = client.get_model_version_by_alias(name, alias)
-        else:
-            name, version = body.rsplit("/", 1)
-            mv = client.get_model_version(name, version)
-    except MlflowException as exc:
-        raise RegistryError(f"{uri}: not found in the registry ({exc.__class__.__name__})") from None
-    local = mlflow.artifacts.download_artifacts(artifact_uri=mv.source, dst_path=None if dst is None else str(dst))
-    return Path(local)

@@ -11,6 +11,7 @@ policy and is reported (:attr:`RegistryPolicy.last_error`, metric ``pdctl_contro
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -23,7 +24,7 @@ from policies.policy_file import ResolvedPolicy
 from policies.registry import PolicySpecError, load_artifact_dir
 from policies.schema import ControlAction
 
-__all__ = ["AliasTarget", "RegistryPolicy", "mlflow_resolver", "resolve_alias"]
+__all__ = ["AliasTarget", "RegistryPolicy", "mlflow_resolver", "resolve_alias", "tracking_uri_or_default"]
 
 _log = logging.getLogger(__name__)
 
@@ -37,10 +38,26 @@ class AliasTarget:
     source: str
 
 
+EMBEDDED_TRACKING_DB = Path("data") / "mlflow" / "mlflow.db"
+"""The embedded default registry (``pdctl train`` / ``pdctl policy register`` write it when no URI is given)."""
+
+
+def tracking_uri_or_default(tracking_uri: str | None) -> str | None:
+    """``tracking_uri``, else ``MLFLOW_TRACKING_URI``, else the embedded SQLite registry when it exists."""
+    if tracking_uri:
+        return tracking_uri
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    if EMBEDDED_TRACKING_DB.is_file():
+        return f"sqlite:///{EMBEDDED_TRACKING_DB.resolve()}"
+    return None
+
+
 def _client(tracking_uri: str | None):  # type: ignore[no-untyped-def]
     from mlflow import MlflowClient
 
-    return MlflowClient(tracking_uri=tracking_uri) if tracking_uri else MlflowClient()
+    uri = tracking_uri_or_default(tracking_uri)
+    return MlflowClient(tracking_uri=uri) if uri else MlflowClient()
 
 
 def resolve_alias(uri: str, tracking_uri: str | None = None) -> AliasTarget:

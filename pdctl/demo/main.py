@@ -50,14 +50,13 @@ def _champion_available(console: Console) -> bool:
     if tracking is None and not (Path("data") / "mlflow" / "mlflow.db").is_file():
         return False
     try:
-        from agents.registry import resolve_policy_uri
+        from controller.policy_registry import mlflow_resolver
+        from pdctl.demo.config import DEFAULT_POLICY_FILE
         from policies.policy_file import load_policy_file, resolve_policy
         from policies.registry import load_policy
 
-        resolve_policy_uri(CHAMPION_SPEC.removeprefix("registry:"))
-        from pdctl.demo.config import DEFAULT_POLICY_FILE
-
-        load_policy(CHAMPION_SPEC, resolve_policy(load_policy_file(DEFAULT_POLICY_FILE), str(DEFAULT_POLICY_FILE)))
+        base = resolve_policy(load_policy_file(DEFAULT_POLICY_FILE), str(DEFAULT_POLICY_FILE))
+        load_policy(CHAMPION_SPEC, base, resolver=mlflow_resolver(tracking))
     except Exception as exc:  # any failure (no model, no alias, not loadable): the rule policy runs instead
         first = str(exc).splitlines()[0] if str(exc) else ""
         console.print(f"[dim]no usable champion ({type(exc).__name__}: {first}); using {FALLBACK_POLICY_SPEC}[/dim]")

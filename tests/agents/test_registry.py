@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.registry import PromotionRefused, RegistryError, list_policies, promote, register_policy, resolve_policy_uri
+from agents.registry import PromotionRefused, RegistryError, list_policies, promote, register_policy
+from controller.policy_registry import mlflow_resolver
 from policies import load_policy_file
 
 pytestmark = pytest.mark.integration
@@ -20,7 +21,7 @@ def test_register_promote_resolve_a_rule_policy(mlflow_server: str) -> None:
     assert v1.kind == "file"
     promoted = promote("gate-test", v1.version, margin_frac=0.05, tracking_uri=mlflow_server)
     assert "champion" in promoted.aliases
-    local = resolve_policy_uri("models:/gate-test@champion", tracking_uri=mlflow_server)
+    local = mlflow_resolver(mlflow_server)("models:/gate-test@champion")
     assert load_policy_file(local / "policy.yaml") == load_policy_file(SEED)
 
     v2 = register_policy(
@@ -47,7 +48,7 @@ def test_bad_inputs_are_refused(mlflow_server: str, tmp_path: Path) -> None:
     bad.write_text("rollout: {traffic_percent: 500}\n")
     with pytest.raises(RegistryError, match=r"bad.yaml:1: rollout.traffic_percent"):
         register_policy(bad, "x", tracking_uri=mlflow_server)
-    with pytest.raises(RegistryError, match="not found"):
-        resolve_policy_uri("models:/never-registered@champion", tracking_uri=mlflow_server)
-    with pytest.raises(RegistryError, match="expected models:/"):
-        resolve_policy_uri("runs:/abc/policy", tracking_uri=mlflow_server)
+    with pytest.raises(ValueError, match="not found"):
+        mlflow_resolver(mlflow_server)("models:/never-registered@champion")
+    with pytest.raises(ValueError, match="expected models:/"):
+        mlflow_resolver(mlflow_server)("runs:/abc/policy")

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from agents.config import load_experiment
-from agents.registry import PromotionRefused, list_policies, promote, resolve_policy_uri
+from agents.registry import PromotionRefused, list_policies, promote
 from agents.train import train
+from controller.policy_registry import mlflow_resolver
 from env.gym_env import PDClusterEnv
 from policies.learned import LearnedPolicy
 
@@ -44,9 +45,7 @@ def test_smoke_experiment_end_to_end(mlflow_server: str, tmp_path: Path) -> None
     versions = list_policies(config.register_as, tracking_uri=mlflow_server)
     assert any(alias in v.aliases for v in versions)
 
-    local = resolve_policy_uri(
-        f"models:/{config.register_as}@{alias}", tracking_uri=mlflow_server, dst=tmp_path / "download"
-    )
+    local = mlflow_resolver(mlflow_server, tmp_path / "download")(f"models:/{config.register_as}@{alias}")
     loaded = LearnedPolicy.load(local)
     # identical decisions to the in-memory model on recorded observations
     assert result.model is not None
