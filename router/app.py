@@ -458,6 +458,20 @@ class Router:
         finally:
             self.registry.release(inst)
 
+    def _decode_timed_out(self, rec: RequestRecord, inst: Instance, remote: bool) -> _DecodeFailed:
+        """A decode leg that did not answer in time: a stalled KV pull (remote) or a stalled instance."""
+        if remote:
+            self._transfer_failed(rec, "transfer_timeout")
+            return _DecodeFailed(transfer=True)
+        self._mark_failed(inst, "timeout")
+        return _DecodeFailed()
+
+    def _decode_unreachable(self, rec: RequestRecord, inst: Instance, kind: str, exc: BaseException) -> _DecodeFailed:
+        """A decode instance that refused or dropped the connection."""
+        self._mark_failed(inst, kind)
+        rec.error = f"decode {inst.id}: {type(exc).__name__}"
+        return _DecodeFailed()
+
     def _transfer_failed(self, rec: RequestRecord, kind: str) -> None:
         self.transfer_health.record(self._now(), False)
         self._fallback(rec, kind)
@@ -487,15 +501,9 @@ class Router:
                 async with asyncio.timeout(t.remote_first_token_s if remote else t.first_token_s):
                     first = await resp.content.readany()
             except TimeoutError as exc:
-                if remote:
-                    self._transfer_failed(rec, "transfer_timeout")
-                    raise _DecodeFailed(transfer=True) from exc
-                self._mark_failed(inst, "timeout")
-                raise _DecodeFailed from exc
+                raise self._decode_timed_out(rec, inst, remote) from exc
             except _UPSTREAM_ERRORS as exc:
-                self._mark_failed(inst, "disconnect")
-                rec.error = f"decode {inst.id}: {type(exc).__name__}"
-                raise _DecodeFailed from exc
+                raise self._decode_unreachable(rec, inst, "disconnect", exc) from exc
             if not first:
                 self._mark_failed(inst, "disconnect")
                 raise _DecodeFailed
@@ -585,15 +593,9 @@ class Router:
                 payload = await resp.read()
                 status = resp.status
         except TimeoutError as exc:
-            if remote:
-                self._transfer_failed(rec, "transfer_timeout")
-                raise _DecodeFailed(transfer=True) from exc
-            self._mark_failed(inst, "timeout")
-            raise _DecodeFailed from exc
+            raise self._decode_timed_out(rec, inst, remote) from exc
         except _UPSTREAM_ERRORS as exc:
-            self._mark_failed(inst, "connect")
-            rec.error = f"decode {inst.id}: {type(exc).__name__}"
-            raise _DecodeFailed from exc
+            raise self._decode_unreachable(rec, inst, "connect", exc) from exc
         if status >= 500:
             if remote:
                 self._transfer_failed(rec, "transfer_failed")
