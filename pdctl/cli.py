@@ -11,7 +11,7 @@ import importlib
 
 import typer
 
-__all__ = ["COMMANDS", "app", "main"]
+__all__ = ["COMMANDS", "app", "main", "register_commands"]
 
 COMMANDS: dict[str, str] = {
     "sim": "Run a scenario in the discrete-event simulator and print per-tenant latency and goodput.",
@@ -38,8 +38,8 @@ app = typer.Typer(
 )
 
 
-def _not_available(name: str, help_text: str) -> None:
-    @app.command(
+def _not_available(target: typer.Typer, name: str, help_text: str) -> None:
+    @target.command(
         name=name,
         help=f"{help_text} (not available yet)",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
@@ -49,19 +49,20 @@ def _not_available(name: str, help_text: str) -> None:
         raise typer.Exit(code=3)
 
 
-def _register_all() -> None:
-    for name, help_text in COMMANDS.items():
+def register_commands(target: typer.Typer, commands: dict[str, str]) -> None:
+    """Add every command module to ``target``; a command without a module says "not available yet"."""
+    for name, help_text in commands.items():
         try:
             module = importlib.import_module(f"pdctl.commands.{name}")
         except ModuleNotFoundError as exc:
             if exc.name != f"pdctl.commands.{name}":
                 raise
-            _not_available(name, help_text)
+            _not_available(target, name, help_text)
             continue
-        module.register(app, name, help_text)
+        module.register(target, name, help_text)
 
 
-_register_all()
+register_commands(app, COMMANDS)
 
 
 def main() -> None:
