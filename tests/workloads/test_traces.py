@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -66,23 +65,6 @@ def test_mooncake_keeps_hash_ids(traces_dir: Path, stats: TraceStats, blocks: in
     )
     assert specs[0].hash_ids == tuple(columns.hash_ids_of(0).tolist())
     assert specs[0].hash_ids[0] == 0
-
-
-@pytest.mark.parametrize(
-    ("relative", "limit_s"),
-    [
-        ("azure_llm_2023/AzureLLMInferenceTrace_conv.csv", 0.3),
-        ("azure_llm_2023/AzureLLMInferenceTrace_code.csv", 0.3),
-        ("mooncake_fast25/conversation_trace.jsonl", 0.6),
-        ("mooncake_fast25/synthetic_trace.jsonl", 0.6),
-    ],
-)
-def test_traces_load_fast(traces_dir: Path, relative: str, limit_s: float) -> None:
-    path = traces_dir / relative
-    loader = load_azure_csv if path.suffix == ".csv" else load_mooncake_jsonl
-    started = time.perf_counter()
-    loader(path)
-    assert time.perf_counter() - started < limit_s  # measured ~0.02 s (Azure) and ~0.09 s (Mooncake) here
 
 
 def test_window_and_rate_scale(traces_dir: Path) -> None:
