@@ -47,6 +47,20 @@ def _colors(policies: Sequence[str]) -> dict[str, Any]:
     return {p: cmap(i % 20) for i, p in enumerate(policies)}
 
 
+def _by_scenario(runs: Sequence[RunResult]) -> list[tuple[str, list[RunResult]]]:
+    grouped: dict[str, list[RunResult]] = {}
+    for run in runs:
+        grouped.setdefault(run.scenario, []).append(run)
+    return sorted(grouped.items())
+
+
+def _save(plt: Any, fig: Any, path: Path, dpi: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
 def plot_goodput(aggregate: Sequence[Mapping[str, Any]], out: Path) -> Path:
     """Priority-weighted goodput (mean ± 95 % CI over seeds) per policy, one panel per scenario."""
     plt = _pyplot()
@@ -83,11 +97,7 @@ def plot_cdfs(runs: Sequence[RunResult], out_dir: Path) -> list[Path]:
     """TTFT and TPOT CDFs (all tenants pooled, the recorded seed) per policy, one file per scenario."""
     plt = _pyplot()
     written = []
-    by_scenario: dict[str, list[RunResult]] = {}
-    for run in runs:
-        if run.samples:
-            by_scenario.setdefault(run.scenario, []).append(run)
-    for scenario, members in sorted(by_scenario.items()):
+    for scenario, members in _by_scenario([run for run in runs if run.samples]):
         colors = _colors([r.spec.policy for r in members])
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
         for run in members:
@@ -105,11 +115,7 @@ def plot_cdfs(runs: Sequence[RunResult], out_dir: Path) -> list[Path]:
         axes[1].legend(fontsize=6, loc="lower right")
         fig.suptitle(f"{scenario}: latency CDFs (seed {members[0].spec.seed})", fontsize=10)
         fig.tight_layout()
-        path = out_dir / f"cdf_{scenario}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, fig, out_dir / f"cdf_{scenario}.png", dpi=100))
     return written
 
 
@@ -117,11 +123,7 @@ def plot_decisions(runs: Sequence[RunResult], out_dir: Path) -> list[Path]:
     """Per scenario and policy: P/D counts against the request rate, and each tenant's remote threshold."""
     plt = _pyplot()
     written = []
-    by_scenario: dict[str, list[RunResult]] = {}
-    for run in runs:
-        if run.timeline:
-            by_scenario.setdefault(run.scenario, []).append(run)
-    for scenario, members in sorted(by_scenario.items()):
+    for scenario, members in _by_scenario([run for run in runs if run.timeline]):
         cols = min(len(members), 4)
         nrows = math.ceil(len(members) / cols)
         fig = plt.figure(figsize=(4.2 * cols, 4.4 * nrows))
@@ -132,11 +134,7 @@ def plot_decisions(runs: Sequence[RunResult], out_dir: Path) -> list[Path]:
             bottom = fig.add_subplot(grid[2 * r + 1, c], sharex=top)
             _decision_panel(top, bottom, run)
         fig.suptitle(f"{scenario}: decisions over time (seed {members[0].spec.seed})", fontsize=10)
-        path = out_dir / f"decisions_{scenario}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(plt, fig, out_dir / f"decisions_{scenario}.png", dpi=90))
     return written
 
 

@@ -138,24 +138,6 @@ class GuardConfig(_Strict):
         return GuardLimits(self.max_step_per_tick, self.cooldown_s, self.hysteresis_ticks, self.max_staleness_s)
 
 
-class RulesConfig(_Strict):
-    """Marks of the ``baseline:queue_kv`` rule policy (see :mod:`policies.rules`)."""
-
-    ttft_high_ratio: float = 1.0
-    tpot_high_ratio: float = 1.0
-    prefill_queue_wait_high_s: float = 0.5
-    kv_usage_high_frac: float = 0.85
-    low_ratio: float = 0.5
-    kv_usage_low_frac: float = 0.3
-    allow_scale_in: bool = False
-    threshold_step_frac: float = 0.25
-    min_remote_floor_tokens: int = 256
-
-    def params(self) -> QueueKvParams:
-        """As the policy's dataclass."""
-        return QueueKvParams(**self.model_dump())
-
-
 class ListenConfig(_Strict):
     """Where /healthz, /readyz and /metrics are served."""
 
@@ -189,7 +171,9 @@ class ControllerConfig(BaseSettings):
     instances: list[InstanceConfig] = Field(default_factory=list, description="serving instances (topology)")
     actuators: list[ActuatorConfig] = Field(default_factory=_default_actuators, description="what decisions drive")
     guard: GuardConfig = GuardConfig()
-    rules: RulesConfig = RulesConfig()
+    rules: QueueKvParams = Field(
+        default_factory=QueueKvParams, description="marks of the baseline:queue_kv rule policy (policies.rules)"
+    )
     baseline_params: dict[str, float] = Field(
         default_factory=dict, description="parameters of a peer baseline (e.g. dynamo-throughput's throughputs)"
     )

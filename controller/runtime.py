@@ -7,7 +7,7 @@ whole new configuration before anything is swapped. Building opens no connection
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from controller.actuators.base import Actuator
 from controller.actuators.dryrun import DryRunActuator
@@ -106,7 +106,7 @@ def build_runtime(config: ControllerConfig, generation: int, started_s: float) -
         if config.policy.startswith("registry:"):
             policy = RegistryPolicy(config.policy, base, tracking_uri=config.mlflow_tracking_uri)
         else:
-            params = config.rules.model_dump() if config.policy == "baseline:queue_kv" else config.baseline_params
+            params = asdict(config.rules) if config.policy == "baseline:queue_kv" else config.baseline_params
             policy = load_policy(config.policy, base, params)
     except (PolicyFileError, PolicySpecError) as exc:
         raise RuntimeConfigError(str(exc)) from None
