@@ -13,6 +13,10 @@ Example (``experiments/rag-surge.yaml``)::
     seed: 0
     layout: {max_groups: 2, max_tenants: 4}
     hyperparameters: {learning_rate: 3.0e-4, n_steps: 128, batch_size: 64, net_arch: [64, 64]}
+    sweep:                             # optional: `pdctl train --sweep` runs this grid (agents.sweep)
+      seeds: [0, 1]
+      scenarios: [[rag-surge-8], [rag-surge-8, chatbot-8]]
+      hyperparameters: {learning_rate: [1.0e-4, 3.0e-4], net_arch: [[64, 64], [128, 128]]}
 
 Unknown keys are refused; YAML keys are the field names.
 """
@@ -23,15 +27,27 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "ExperimentConfig",
     "ExperimentError",
+    "HyperparameterGrid",
     "Hyperparameters",
     "LayoutConfig",
     "PretrainConfig",
+    "SweepConfig",
     "load_experiment",
+    "validation_lines",
 ]
 
 TRAIN_SEED_LIMIT = 1000
@@ -79,6 +95,63 @@ class PretrainConfig(_Strict):
     learning_rate: Annotated[float, Field(gt=0)] = 1e-3
 
 
+def _grid_fields() -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for name, info in Hyperparameters.model_fields.items():
+        item = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        fields[name] = (Annotated[list[item], Field(min_length=1)] | None, None)  # type: ignore[valid-type]
+    return fields
+
+
+HyperparameterGrid: type[BaseModel] = create_model(
+    "HyperparameterGrid",
+    __config__=ConfigDict(extra="forbid", frozen=True),
+    __doc__="Values to try per hyperparameter: every :class:`Hyperparameters` field as a non-empty list.",
+    __module__=__name__,
+    **_grid_fields(),
+)
+"""Built from :class:`Hyperparameters`, so a key that is not a hyperparameter, or a value its field refuses, fails
+validation naming it (``sweep.hyperparameters.learning_rate.0: Input should be greater than 0``)."""
+
+
+def _as_scenario_sets(value: Any) -> Any:
+    """``[a, [b, c]]`` → ``[[a], [b, c]]``: a plain name is a one-scenario training set."""
+    if isinstance(value, list):
+        return [[item] if isinstance(item, str) else item for item in value]
+    return value
+
+
+class SweepConfig(_Strict):
+    """A seed × training-scenario-set × hyperparameter grid over the experiment (run by :mod:`agents.sweep`)."""
+
+    seeds: list[Annotated[int, Field(ge=0, lt=TRAIN_SEED_LIMIT)]] = Field(default_factory=list)
+    """Training seeds, one trial each (empty: the experiment's ``seed``)."""
+    scenarios: Annotated[
+        list[Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]],
+        BeforeValidator(_as_scenario_sets),
+    ] = Field(default_factory=list)
+    """Training sets, each a list of scenarios (a plain name is a set of one; empty: the experiment's scenarios).
+    Every trial is judged on the experiment's held-out scenarios, so trials stay comparable."""
+    hyperparameters: HyperparameterGrid = Field(default_factory=HyperparameterGrid)
+    max_parallel: Annotated[int, Field(ge=1)] | None = None
+    """Trials at once (default: the CPU count locally; every trial that fits on a Ray cluster)."""
+    num_cpus_per_trial: Annotated[float, Field(gt=0)] = 1.0
+    """CPUs Ray reserves per trial (``ray.remote(num_cpus=…)``)."""
+    vec_env: Literal["dummy", "subprocess"] = "dummy"
+    """Each trial's ``vec_env``. ``dummy`` (default) steps a trial's ``n_envs`` envs inside its worker: the worker
+    is already one of ``max_parallel`` processes (or a Ray task holding ``num_cpus_per_trial``), and spawning
+    ``n_envs`` env processes under each would oversubscribe the CPUs the sweep accounts for."""
+    evaluate_baselines: bool = True
+    """Evaluate the experiment's baselines once (on the held-out scenarios and seeds) for the summary table."""
+
+    @field_validator("seeds")
+    @classmethod
+    def _no_repeats(cls, seeds: list[int]) -> list[int]:
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"repeated seeds in {seeds}")
+        return seeds
+
+
 class ExperimentConfig(_Strict):
     """A training experiment."""
 
@@ -105,6 +178,8 @@ class ExperimentConfig(_Strict):
     promotion_margin_frac: Annotated[float, Field(ge=0)] = 0.02
     register_as: str | None = None
     """Register the exported policy under this name (alias ``challenger``) when the run ends."""
+    sweep: SweepConfig | None = None
+    """The grid ``pdctl train --sweep`` runs (:mod:`agents.sweep`); a plain ``pdctl train`` ignores it."""
 
     @model_validator(mode="after")
     def _batch_fits(self) -> ExperimentConfig:
@@ -136,8 +211,13 @@ def load_experiment(path: str | Path, overrides: dict[str, Any] | None = None) -
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors(include_url=False):
-            loc = ".".join(str(part) for part in err["loc"]) or "<top>"
-            lines.append(f"{p}: {loc}: {err['msg']}")
-        raise ExperimentError("\n".join(lines)) from None
+        raise ExperimentError("\n".join(validation_lines(exc, str(p)))) from None
+
+
+def validation_lines(exc: ValidationError, prefix: str) -> list[str]:
+    """One ``{prefix}: {field.path}: {message}`` line per problem."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(part) for part in err["loc"]) or "<top>"
+        lines.append(f"{prefix}: {loc}: {err['msg']}")
+    return lines
