@@ -14,7 +14,9 @@ The same scenario runs in the simulator, the gym env and against the emulated li
       max_num_batched_tokens: 8192
       startup_delay_s: 60            # a new instance serves after this
       role_switch_delay_s: 20        # a drained instance serves in its new role after this
-      network: {link_bandwidth_bytes_per_s: 5.0e+10, setup_latency_s: 0.001, failure_prob: 0.0, timeout_s: 5}
+      network: {link_bandwidth_bytes_per_s: 5.0e+10, setup_latency_s: 0.001, failure_prob: 0.0, timeout_s: 5,
+                # optional: a congested, flapping fabric from minute 5 to 10 (see NetworkConfig.incidents)
+                incidents: [{start_s: 300, end_s: 600, link_bandwidth_bytes_per_s: 2.0e+9, failure_prob: 0.1}]}
     tenant_groups:
       - {name: interactive, gpu_budget: 8, prefill: 4, decode: 4}
     tenants:
@@ -40,6 +42,7 @@ from typing import Annotated
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from env.workloads.config import WorkloadConfig, resolve_paths
 from policies.schema import Slo, Tenant, TenantGroup
@@ -48,6 +51,7 @@ __all__ = [
     "DEFAULT_TRACES_DIR",
     "ClusterConfig",
     "NetworkConfig",
+    "NetworkIncidentConfig",
     "PoolBoundsConfig",
     "Scenario",
     "ScenarioError",
@@ -62,8 +66,54 @@ PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
+Probability = Annotated[float, Field(ge=0, le=1)]
+
+
+def _field_error(loc: tuple[str | int, ...], message: str, value: object) -> ValidationError:
+    """A validation error at ``loc`` (relative to the model being validated).
+
+    Raised from a validator, it makes the loader's message name that field and its line, not the enclosing model.
+    """
+    details = InitErrorDetails(type=PydanticCustomError("value_error", message), loc=loc, input=value)
+    return ValidationError.from_exception_data("Scenario", [details])
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NetworkIncidentConfig(_Strict):
+    """A period ``[start_s, end_s)`` during which some link settings differ from the network's base values.
+
+    Each field left out keeps the base value. The simulator switches at both ends: flows in flight continue at the
+    new link rate from the switch on, and transfers starting in the period draw failures and pay setup latency
+    with the incident's values.
+    """
+
+    start_s: NonNegFloat = Field(description="When the incident begins (seconds into the episode).")
+    end_s: PositiveFloat = Field(description="When the network is back to its base settings (exclusive).")
+    link_bandwidth_bytes_per_s: PositiveFloat | None = Field(default=None, description="Per-link rate meanwhile.")
+    setup_latency_s: NonNegFloat | None = Field(default=None, description="Fixed cost of one transfer meanwhile.")
+    failure_prob: Probability | None = Field(default=None, description="Per-transfer failure meanwhile.")
+
+    @model_validator(mode="after")
+    def _check(self) -> NetworkIncidentConfig:
+        if self.end_s <= self.start_s:
+            raise _field_error(("end_s",), f"must be after start_s ({self.start_s:g})", self.end_s)
+        if self.link_bandwidth_bytes_per_s is None and self.setup_latency_s is None and self.failure_prob is None:
+            raise ValueError(
+                "an incident must override at least one of link_bandwidth_bytes_per_s, setup_latency_s, failure_prob"
+            )
+        return self
+
+    def overrides(self) -> dict[str, float]:
+        """The base fields this incident overrides, with their values."""
+        pairs = (
+            ("link_bandwidth_bytes_per_s", self.link_bandwidth_bytes_per_s),
+            ("setup_latency_s", self.setup_latency_s),
+            ("failure_prob", self.failure_prob),
+        )
+        return {name: value for name, value in pairs if value is not None}
 
 
 class NetworkConfig(_Strict):
@@ -72,6 +122,10 @@ class NetworkConfig(_Strict):
     Each prefill instance sends over one link of ``link_bandwidth_bytes_per_s``, fair-shared by its concurrent
     transfers. A transfer takes ``setup_latency_s`` + pack + bytes / share + unpack; pack and unpack are layout
     conversions at ``layout_bandwidth_bytes_per_s`` paid only when prefill and decode TP differ.
+
+    ``incidents`` change the link rate, setup latency and failure probability for periods of the episode (a
+    congested or flapping fabric, then recovery); :meth:`at` gives the settings in effect at a time. They are
+    validated sorted, not overlapping and within ``duration_s``.
     """
 
     link_bandwidth_bytes_per_s: PositiveFloat = Field(default=45e9, description="Per-prefill-instance link rate.")
@@ -79,11 +133,47 @@ class NetworkConfig(_Strict):
     layout_bandwidth_bytes_per_s: PositiveFloat = Field(
         default=1e12, description="Rate of the pack/unpack layout conversion when TPs differ."
     )
-    failure_prob: Annotated[float, Field(ge=0, le=1)] = Field(default=0.0, description="Per-transfer failure.")
+    failure_prob: Probability = Field(default=0.0, description="Per-transfer failure.")
     timeout_s: PositiveFloat = Field(default=5.0, description="A transfer not done after this is abandoned.")
     unhealthy_failure_frac: Annotated[float, Field(gt=0, le=1)] = Field(
         default=0.5, description="Recent failure fraction above which the router sees the path as unhealthy."
     )
+    incidents: list[NetworkIncidentConfig] = Field(
+        default_factory=list,
+        description="Periods of degraded (or otherwise changed) link settings; sorted, not overlapping.",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> NetworkConfig:
+        for index in range(1, len(self.incidents)):
+            previous, incident = self.incidents[index - 1], self.incidents[index]
+            if incident.start_s < previous.end_s:
+                message = f"incidents must be sorted and not overlap: starts before incidents[{index - 1}] ends"
+                raise _field_error(("incidents", index, "start_s"), f"{message} ({previous.end_s:g})", incident.start_s)
+        return self
+
+    def at(self, t_s: float) -> NetworkConfig:
+        """The settings in effect at ``t_s``: the base ones, overridden by the incident covering ``t_s`` if any.
+
+        The result has no incidents of its own; without incidents it is this object.
+        """
+        for incident in self.incidents:
+            if incident.start_s <= t_s < incident.end_s:
+                return self.model_copy(update={**incident.overrides(), "incidents": []})
+        return self if not self.incidents else self.model_copy(update={"incidents": []})
+
+    def changes(self) -> list[tuple[float, NetworkConfig]]:
+        """When the settings change, with the settings (as from :meth:`at`) in effect from then on, in time order.
+
+        Empty without incidents. An incident ending where the next one starts gives one change, not two.
+        """
+        out: list[tuple[float, NetworkConfig]] = []
+        for index, incident in enumerate(self.incidents):
+            out.append((incident.start_s, self.at(incident.start_s)))
+            following = self.incidents[index + 1] if index + 1 < len(self.incidents) else None
+            if following is None or following.start_s > incident.end_s:
+                out.append((incident.end_s, self.at(incident.end_s)))
+        return out
 
 
 class ClusterConfig(_Strict):
@@ -175,6 +265,10 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _cross(self) -> Scenario:
+        for index, incident in enumerate(self.cluster.network.incidents):
+            if incident.end_s > self.duration_s:
+                loc = ("cluster", "network", "incidents", index, "end_s")
+                raise _field_error(loc, f"must be within the episode (duration_s {self.duration_s:g})", incident.end_s)
         groups = [g.name for g in self.tenant_groups]
         _unique(groups, "tenant group")
         _unique([t.name for t in self.tenants], "tenant")

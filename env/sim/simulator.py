@@ -8,7 +8,8 @@ and :meth:`ClusterSimulator.snapshot` (a :class:`~policies.schema.MetricWindow`)
 
 **Events.** Arrivals are read from the merged, sorted request arrays (never pushed on the heap); the heap holds
 instance wake-ups (end of a step or of a closed-form decode run, see :mod:`env.sim.engine`), transfer stages,
-link completions, transfer timeouts and instances becoming ready. Nothing is paid per generated token.
+link completions, transfer timeouts, instances becoming ready and the network's changes at the ends of its
+incidents (pushed at construction; a scenario without incidents pushes none). Nothing is paid per generated token.
 
 **Router** (per arrival, in the request's tenant group):
 
@@ -27,6 +28,10 @@ link completions, transfer timeouts and instances becoming ready. Nothing is pai
 token of the whole model (all TP shards), over the prefill instance's link (:mod:`env.sim.transfer`). On failure
 (probability ``failure_prob``) or timeout the tenant's ``on_kv_transfer_timeout`` applies: local re-prefill on
 the decode instance, or one retry on another prefill instance first (``retry_remote_prefill``).
+
+**Network incidents** (``network.incidents``): at an incident's start and end every link changes rate mid-flight
+(its flows progress to that instant at the old rate, then its completion is rescheduled and timeouts re-checked at
+the new one), and transfers starting from then on use the period's failure probability and setup latency.
 
 **Pools.** :meth:`ClusterSimulator.apply` moves each group toward its targets: surplus instances of one role
 flip to the other (drain, then ``role_switch_delay_s``), missing ones start (``startup_delay_s``) within the GPU
@@ -54,7 +59,7 @@ import numpy as np
 
 from env.perf.model import InterpolatedExecutionTimeModel, StepOverheads
 from env.perf.profile import OperatorProfile
-from env.scenario import Scenario
+from env.scenario import NetworkConfig, Scenario
 from env.sim.engine import EngineConfig, EngineRequest, InstanceEngine
 from env.sim.records import SimRequest
 from env.sim.telemetry import BUCKETS_NIXL_BYTES, BUCKETS_NIXL_XFER_S, Histogram
@@ -82,6 +87,7 @@ _LINK = 2
 _XFER_READY = 3
 _XFER_TIMEOUT = 4
 _READY = 5
+_NETWORK = 6
 
 
 class InstanceRole:
@@ -231,6 +237,7 @@ class ClusterSimulator:
         self.kv_bytes_per_token = profile.model.kv_bytes_per_token(1)
         net = cluster.network
         self._net = net
+        """The network settings in effect now (the scenario's, or an incident's while one lasts)."""
         self._layout_s_per_byte = 0.0 if self._prefill_tp == cluster.tp else 1.0 / net.layout_bandwidth_bytes_per_s
 
         self.tenant_names = [t.name for t in scenario.tenants]
@@ -290,6 +297,8 @@ class ClusterSimulator:
         self.num_transfers = 0
         self.xfer_time_hist = Histogram(BUCKETS_NIXL_XFER_S)
         self.xfer_bytes_hist = Histogram(BUCKETS_NIXL_BYTES)
+        for time_s, settings in net.changes():  # none without incidents: no events, same sequence numbers
+            self._push(time_s, _NETWORK, settings, 0)
 
     # ------------------------------------------------------------------------------------------- setup helpers
 
@@ -413,6 +422,8 @@ class ClusterSimulator:
                     self._transfer_ready(obj)
                 elif kind == _XFER_TIMEOUT:
                     self._transfer_timeout(obj)
+                elif kind == _NETWORK:
+                    self._network_change(obj)
                 else:
                     self._instance_ready(obj)
             else:
@@ -649,6 +660,16 @@ class ClusterSimulator:
             else:
                 self._transfer_ready(xfer)
         self._reschedule_link(link)
+
+    def _network_change(self, net: NetworkConfig) -> None:
+        """Switch to ``net``'s settings now: links change rate mid-flight; new transfers use its failure and setup."""
+        self._net = net
+        bandwidth = net.link_bandwidth_bytes_per_s
+        for inst in self.instances:
+            link = inst.link
+            if link.bandwidth_bytes_per_s != bandwidth:
+                link.set_bandwidth(bandwidth, self.now_s)
+                self._reschedule_link(link)
 
     def _transfer_ready(self, xfer: Transfer) -> None:
         if xfer.state == Transfer.ABANDONED:

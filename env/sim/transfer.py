@@ -75,7 +75,7 @@ class Transfer:
 
 
 class Link:
-    """A link of fixed bandwidth shared equally by its active flows."""
+    """A link shared equally by its active flows; its bandwidth changes only through :meth:`set_bandwidth`."""
 
     __slots__ = ("bandwidth_bytes_per_s", "bytes_sent", "flows", "last_update_s", "version")
 
@@ -97,6 +97,16 @@ class Link:
                 for flow in flows:
                     flow.remaining_bytes -= sent
         self.last_update_s = now_s
+
+    def set_bandwidth(self, bandwidth_bytes_per_s: float, now_s: float) -> None:
+        """Change the rate at ``now_s``: flows progress to ``now_s`` at the old rate, then at the new one.
+
+        The caller reschedules the link's completion (:meth:`next_completion_s` moves).
+        """
+        if bandwidth_bytes_per_s <= 0:
+            raise ValueError("link bandwidth must be > 0")
+        self.advance(now_s)
+        self.bandwidth_bytes_per_s = bandwidth_bytes_per_s
 
     def next_completion_s(self) -> float:
         """When the first active flow ends at current shares (inf when idle)."""
