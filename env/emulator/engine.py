@@ -64,27 +64,64 @@ class TransferModel:
     ``setup_latency_s + bytes / link_bandwidth``, plus pack and unpack at the layout-conversion rate when the
     prefill and decode TP degrees differ. Unlike the simulator, an emulated decode instance cannot see the other
     pulls sharing the prefill instance's link (they may run in other processes), so the link is not shared.
+
+    Network incidents (``network.incidents``) apply over the emulator's own clock (emulated seconds since the
+    instance started, :meth:`env.emulator.driver.EngineDriver.emulated_now_s`) when a pull passes its start time:
+    the setup latency in effect when the pull starts, and the link rate of each period the bytes cross. Transfer
+    failures come from the instance's :class:`~env.emulator.faults.FaultConfig`, not from the network's
+    ``failure_prob`` (base or incident), which only the simulator draws.
     """
 
     def __init__(self, network: NetworkConfig, kv_bytes_per_token: int, tp: int) -> None:
         self.network = network
         self.kv_bytes_per_token = kv_bytes_per_token
         self.tp = tp
+        self._changes = network.changes()
 
     def num_bytes(self, num_tokens: int) -> int:
         """Bytes of KV for ``num_tokens`` tokens."""
         return max(num_tokens, 0) * self.kv_bytes_per_token
 
-    def duration_s(self, num_tokens: int, remote_tp: int | None = None) -> float:
-        """Seconds to pull ``num_tokens`` tokens from a prefill instance of TP ``remote_tp``."""
+    def setup_latency_s(self, start_s: float | None = None) -> float:
+        """The setup latency of a pull starting at ``start_s`` (emulated seconds; None: the base setting)."""
+        net = self.network if start_s is None else self.network.at(start_s)
+        return net.setup_latency_s
+
+    def duration_s(self, num_tokens: int, remote_tp: int | None = None, start_s: float | None = None) -> float:
+        """Seconds to pull ``num_tokens`` tokens from a prefill instance of TP ``remote_tp``.
+
+        Args:
+            num_tokens: tokens of KV pulled.
+            remote_tp: the prefill instance's TP degree (default: this instance's, no layout conversion).
+            start_s: when the pull starts, in emulated seconds; None ignores incidents (the base settings).
+        """
         if num_tokens <= 0:
             return 0.0
         net = self.network
         size = self.num_bytes(num_tokens)
-        seconds = net.setup_latency_s + size / net.link_bandwidth_bytes_per_s
+        layout_s = 0.0
         if remote_tp is not None and remote_tp != self.tp:
-            seconds += 2 * size / net.layout_bandwidth_bytes_per_s
-        return seconds
+            layout_s = size / net.layout_bandwidth_bytes_per_s
+        if start_s is None or not self._changes:
+            seconds = net.setup_latency_s + size / net.link_bandwidth_bytes_per_s
+            return seconds + 2 * layout_s if layout_s else seconds
+        flow_start_s = start_s + net.at(start_s).setup_latency_s + layout_s
+        return self._flow_end_s(flow_start_s, float(size)) + layout_s - start_s
+
+    def _flow_end_s(self, t_s: float, size: float) -> float:
+        """When ``size`` bytes started at ``t_s`` are sent, at the link rate of each period they cross."""
+        rate = self.network.at(t_s).link_bandwidth_bytes_per_s
+        remaining = size
+        for change_s, settings in self._changes:
+            if change_s <= t_s:
+                continue
+            capacity = (change_s - t_s) * rate
+            if capacity >= remaining:
+                break
+            remaining -= capacity
+            t_s = change_s
+            rate = settings.link_bandwidth_bytes_per_s
+        return t_s + remaining / rate
 
     @classmethod
     def for_cluster(cls, cluster: ClusterConfig, tp: int | None = None) -> TransferModel:

@@ -316,7 +316,8 @@ class EmulatedInstance:
             hit = self._driver.engine.prefix_hit_tokens(hashes, self.settings.block_size, parsed.prompt_tokens)
             pulled = max(min(remote_tokens, parsed.prompt_tokens) - hit - 1, 0)
             remote_tp = _as_int(params.get("tp_size"), self.settings.tp_size)
-            wait_s = self.transfer.duration_s(pulled, remote_tp) + self.faults.config.transfer_delay_s
+            pull_start_s = self._driver.emulated_now_s()
+            wait_s = self.transfer.duration_s(pulled, remote_tp, pull_start_s) + self.faults.config.transfer_delay_s
             await self._driver.deferred(wait_s)
             deferred_s = wait_s
             self._release_remote(params)
@@ -327,7 +328,7 @@ class EmulatedInstance:
                 m.request_success["error"].inc()
                 return "KV transfer from the prefill instance failed (kv_load_failure_policy=fail)"
             m.nixl_xfer_time.observe(wait_s)
-            m.nixl_post_time.observe(self.transfer.network.setup_latency_s)
+            m.nixl_post_time.observe(self.transfer.setup_latency_s(pull_start_s))
             m.nixl_bytes_transferred.observe(self.transfer.num_bytes(pulled))
             m.nixl_num_descriptors.observe(max(-(-pulled // self.settings.block_size), 1) * 2)
             m.external_prefix_cache_hits.inc(pulled)
