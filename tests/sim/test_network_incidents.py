@@ -113,6 +113,13 @@ def test_invalid_incidents_name_file_line_and_field(tmp_path: Path, old: str, ne
     assert len(info.value.problems) == 1
 
 
+def test_the_shipped_incident_scenario_parses() -> None:
+    scn = load_scenario(REPO / "experiments" / "scenarios" / "network-incident-8.yaml")
+    changes = [(t, c.link_bandwidth_bytes_per_s, c.failure_prob) for t, c in scn.cluster.network.changes()]
+    assert changes == [(300, 2e9, 0.1), (600, 4.5e10, 0.001)]
+    assert scn.duration_s == 900
+
+
 # ------------------------------------------------------------------------------------------------ the link
 
 
