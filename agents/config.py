@@ -93,6 +93,15 @@ class PretrainConfig(_Strict):
     seeds: list[Annotated[int, Field(ge=0, lt=TRAIN_SEED_LIMIT)]] = [0, 1]
     epochs: Annotated[int, Field(ge=1)] = 30
     learning_rate: Annotated[float, Field(gt=0)] = 1e-3
+    expert: Literal["best_teacher", "lookahead"] = "best_teacher"
+    """``best_teacher``: imitate the best teacher per scenario; ``lookahead``: the receding-horizon expert over all
+    teachers and the best static grid configurations (:func:`agents.pretrain.lookahead_episode`)."""
+    horizon_intervals: Annotated[int, Field(ge=1, le=120)] = 12
+    """Lookahead expert: control intervals each candidate is followed for before the expert picks one."""
+    grid_candidates: Annotated[int, Field(ge=0, le=20)] = 3
+    """Lookahead expert: the best so many static grid configurations (on the training seeds) join the candidates."""
+    workers: Annotated[int, Field(ge=1, le=64)] | None = None
+    """Processes for expert episodes (default: the machine's cores)."""
 
 
 def _grid_fields() -> dict[str, Any]:

@@ -36,12 +36,13 @@ from env.perf.model import InterpolatedExecutionTimeModel
 from env.scenario import Scenario
 from env.sim.build import load_profile
 from env.sim.records import SimRequest
+from env.sim.simulator import ClusterSimulator
 from policies.base import Policy, PolicyContext
 from policies.baselines import BASELINES, make_baseline
 from policies.features import Observation
 from policies.policy_file import load_policy_file, resolve_policy
 from policies.rules import QueueKvPolicy
-from policies.schema import ControlAction
+from policies.schema import ControlAction, Tenant
 
 __all__ = [
     "METRICS",
@@ -76,13 +77,16 @@ METRICS: tuple[str, ...] = (
     "slo_attainment_frac",
     "goodput_rps",
     "weighted_goodput_rps",
+    "offered_weighted_rps",
     "goodput_per_gpu_rps",
     "gpu_seconds",
     "churn_changes",
     "transfer_bytes",
     "episode_return",
 )
-"""Numeric columns of a result row (``weighted_goodput_rps`` and ``episode_return`` only on ``ALL`` rows)."""
+"""Numeric columns of a result row (``weighted_goodput_rps``, ``offered_weighted_rps`` and ``episode_return`` only
+on ``ALL`` rows). ``offered_weighted_rps`` is Σ priority × arrivals / duration: the weighted goodput of a run in
+which every arriving request met both SLOs — a ceiling no policy can pass on that seed."""
 
 
 # ------------------------------------------------------------------------------------------------ scenarios
@@ -250,6 +254,19 @@ def _quantiles(values: np.ndarray) -> tuple[float | None, float | None, float | 
     return float(q[0]), float(q[1]), float(q[2])
 
 
+def slo_met(sim: ClusterSimulator, tenant_index: int) -> int:
+    """Finished requests of one tenant that met both its TTFT and TPOT objectives."""
+    finished: list[SimRequest] = sim.finished[tenant_index]
+    ttft = np.fromiter((r.ttft_s for r in finished), dtype=np.float64, count=len(finished))
+    tpot = np.fromiter((r.tpot_s for r in finished), dtype=np.float64, count=len(finished))
+    return int(np.sum((ttft <= sim.slo_ttft_s[tenant_index]) & (tpot <= sim.slo_tpot_s[tenant_index])))
+
+
+def weighted_goodput_rps(sim: ClusterSimulator, tenants: Sequence[Tenant], duration_s: float) -> float:
+    """Priority-weighted goodput of a drained run: Σ priority × (requests meeting both SLOs) / duration."""
+    return sum(t.priority * slo_met(sim, ti) / duration_s for ti, t in enumerate(tenants))
+
+
 def run_one(spec: RunSpec) -> RunResult:
     """Run one policy on one scenario and seed through the env, then score it."""
     import time
@@ -275,14 +292,13 @@ def run_one(spec: RunSpec) -> RunResult:
     rows: list[dict[str, Any]] = []
     samples: dict[str, list[float]] = {}
     all_met = all_arrived = 0
-    weighted = 0.0
+    weighted = offered = 0.0
     for ti, tenant in enumerate(env.tenants):
         arrived: list[SimRequest] = sim.arrived[ti]
         finished: list[SimRequest] = sim.finished[ti]
         ttft = np.array([r.ttft_s for r in finished], dtype=np.float64)
-        tpot_all = np.array([r.tpot_s for r in finished], dtype=np.float64)
         tpot = np.array([r.tpot_s for r in finished if r.output_tokens > 1], dtype=np.float64)
-        met = int(np.sum((ttft <= sim.slo_ttft_s[ti]) & (tpot_all <= sim.slo_tpot_s[ti])))
+        met = slo_met(sim, ti)
         group_gpus = group_gpu_s[tenant.group] / duration_s
         row = _row(spec, env.scenario.name, tenant.name)
         row.update(
@@ -301,6 +317,7 @@ def run_one(spec: RunSpec) -> RunResult:
         all_met += met
         all_arrived += len(arrived)
         weighted += tenant.priority * met / duration_s
+        offered += tenant.priority * len(arrived) / duration_s
         if spec.record:
             samples[f"{tenant.name}/ttft_s"] = _subsample(ttft)
             samples[f"{tenant.name}/tpot_s"] = _subsample(tpot)
@@ -316,6 +333,7 @@ def run_one(spec: RunSpec) -> RunResult:
         slo_attainment_frac=all_met / all_arrived if all_arrived else None,
         goodput_rps=all_met / duration_s,
         weighted_goodput_rps=weighted,
+        offered_weighted_rps=offered,
         goodput_per_gpu_rps=(all_met / duration_s) / gpus if gpus > 0 else None,
         gpu_seconds=gpu_seconds_total,
         churn_changes=churn,

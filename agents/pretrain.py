@@ -7,22 +7,46 @@ take to do the same), and fits the actor to them with the masked log-likelihood 
 begins. Per scenario, the teacher is the candidate with the highest priority-weighted goodput on a training seed,
 so the warm-started policy starts at least as good as the best candidate it could express, and PPO improves from
 there. Observation statistics of the demonstrations seed the ``VecNormalize`` statistics.
+
+A stronger teacher is the *lookahead expert* (``pretrain.expert: lookahead``): a receding-horizon controller over
+the candidate policies. At every control interval it snapshots the simulator (a pickle round trip: the env, its
+RNG streams and the candidates' state), follows each candidate closed-loop for ``horizon_intervals`` intervals in
+its own copy, and acts as the candidate with the highest summed reward (ties keep the previous choice, so it does
+not churn for nothing). Candidates are the teachers plus the best few static configurations of the grid search
+on the training seeds. It is a *privileged* expert: its copies see the episode's future arrivals. The student only
+sees observations, so it learns what the expert's choices correlate with in the live metrics (policy switching by
+rollout; a rollout over base policies is at least as good as the best of them when the horizon covers their
+effects). Expert episodes run in parallel processes, one per (scenario, seed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import pickle
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing import get_context
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from agents.evaluate import RunSpec, make_policy, run_one
 from env.gym_env import PDClusterEnv
+from policies.base import Policy
 from policies.features import ObservationLayout
 
-__all__ = ["Demonstrations", "behaviour_clone", "choose_teachers", "collect_demonstrations"]
+__all__ = [
+    "Demonstrations",
+    "ExpertEpisode",
+    "LookaheadTask",
+    "behaviour_clone",
+    "choose_teachers",
+    "collect_demonstrations",
+    "collect_lookahead_demonstrations",
+    "lookahead_episode",
+]
 
 
 @dataclass(slots=True)
@@ -73,6 +97,129 @@ def collect_demonstrations(
                 # step with what the learned policy would do, so states match what it will see
                 env.step(actions[-1])
     return Demonstrations(np.asarray(observations, np.float32), np.asarray(masks, bool), np.asarray(actions, np.int64))
+
+
+@dataclass(frozen=True, slots=True)
+class LookaheadTask:
+    """One expert episode (picklable: it crosses process boundaries)."""
+
+    scenario_path: str
+    seed: int
+    candidates: tuple[str, ...]
+    """Policy specs (``baseline:``, ``file:``, ``learned:``)."""
+    grid_points: tuple[Mapping[str, Any], ...]
+    """Static configurations (:func:`agents.grid_search.static_policy`), also candidates."""
+    layout: ObservationLayout
+    horizon_intervals: int = 12
+    score_candidates: bool = True
+    """Also run every candidate alone on the same seed (the expert's improvement is then measured)."""
+
+
+@dataclass(slots=True)
+class ExpertEpisode:
+    """The demonstrations of one expert episode and how the expert did against its candidates."""
+
+    scenario: str
+    seed: int
+    demonstrations: Demonstrations
+    expert_weighted_goodput_rps: float
+    candidate_weighted_goodput_rps: dict[str, float] = field(default_factory=dict)
+    chosen_intervals: dict[str, int] = field(default_factory=dict)
+    """How many intervals the expert acted as each candidate."""
+
+
+def _candidates(task: LookaheadTask, env: PDClusterEnv) -> tuple[list[str], list[Policy]]:
+    from agents.grid_search import static_policy
+
+    names = list(task.candidates)
+    policies = [make_policy(spec, env.scenario) for spec in task.candidates]
+    for point in task.grid_points:
+        policy = static_policy(point, env.scenario)
+        names.append(policy.policy_id)
+        policies.append(policy)
+    return names, policies
+
+
+def _encoded(env: PDClusterEnv, policy: Policy) -> np.ndarray:
+    """The action the learned policy would take to do what ``policy`` decides now (masks respected)."""
+    context = env.policy_context()
+    decision = policy.decide(env.observation(), context)
+    encoded = env.codec.encode(decision, env.tenants, env.groups, context.current_pools, context.current_thresholds)
+    return _respect_masks(encoded, env.action_masks(), env.codec.nvec)
+
+
+def _running(env: PDClusterEnv) -> bool:
+    return bool(env.sim.now_s < env.scenario.duration_s - 1e-9)
+
+
+def _weighted_goodput_rps(env: PDClusterEnv) -> float:
+    """Drain the episode and score it as :func:`agents.evaluate.run_one` does (priority-weighted, both SLOs)."""
+    from agents.evaluate import weighted_goodput_rps
+
+    return weighted_goodput_rps(env.drain(), env.tenants, env.scenario.duration_s)
+
+
+def lookahead_episode(task: LookaheadTask) -> ExpertEpisode:
+    """Run the lookahead expert through one episode, recording (observation, mask, expert action)."""
+    env = PDClusterEnv(task.scenario_path, layout=task.layout)
+    env.reset(seed=task.seed)
+    names, policies = _candidates(task, env)
+    observations: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    actions: list[np.ndarray] = []
+    chosen = 0
+    counts: dict[str, int] = {}
+    while _running(env):
+        snapshot = pickle.dumps((env, policies), protocol=pickle.HIGHEST_PROTOCOL)
+        returns = np.empty(len(policies))
+        for i in range(len(policies)):
+            copy_env, copy_policies = pickle.loads(snapshot)  # our own bytes, made just above (never a file)
+            total = 0.0
+            for _ in range(task.horizon_intervals):
+                if not _running(copy_env):
+                    break
+                total += float(copy_env.step(_encoded(copy_env, copy_policies[i]))[1])
+            returns[i] = total
+        if returns[chosen] < returns.max() - 1e-9:
+            chosen = int(np.argmax(returns))
+        counts[names[chosen]] = counts.get(names[chosen], 0) + 1
+        observations.append(env.observation().to_vector(task.layout))
+        masks.append(env.action_masks())
+        actions.append(_encoded(env, policies[chosen]))
+        # every candidate sees every interval (stateful rules keep their own history current)
+        for i, policy in enumerate(policies):
+            if i != chosen:
+                policy.decide(env.observation(), env.policy_context())
+        env.step(actions[-1])
+    demos = Demonstrations(np.asarray(observations, np.float32), np.asarray(masks, bool), np.asarray(actions, np.int64))
+    expert = _weighted_goodput_rps(env)
+    alone: dict[str, float] = {}
+    if task.score_candidates:
+        for i, name in enumerate(names):
+            solo = PDClusterEnv(task.scenario_path, layout=task.layout)
+            solo.reset(seed=task.seed)
+            policy = _candidates(task, solo)[1][i]
+            while _running(solo):
+                solo.step(_encoded(solo, policy))
+            alone[name] = _weighted_goodput_rps(solo)
+    return ExpertEpisode(Path(task.scenario_path).stem, task.seed, demos, expert, alone, counts)
+
+
+def collect_lookahead_demonstrations(
+    tasks: Sequence[LookaheadTask], workers: int = 2
+) -> tuple[Demonstrations, list[ExpertEpisode]]:
+    """Run :func:`lookahead_episode` for every task (in ``workers`` processes); all demonstrations, and per episode."""
+    if workers > 1 and len(tasks) > 1:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+            episodes = list(pool.map(lookahead_episode, tasks))
+    else:
+        episodes = [lookahead_episode(task) for task in tasks]
+    demos = Demonstrations(
+        np.concatenate([e.demonstrations.observations for e in episodes]),
+        np.concatenate([e.demonstrations.masks for e in episodes]),
+        np.concatenate([e.demonstrations.actions for e in episodes]),
+    )
+    return demos, episodes
 
 
 def _respect_masks(action: np.ndarray, mask: np.ndarray, nvec: np.ndarray) -> np.ndarray:

@@ -194,6 +194,9 @@ def plan_trials(config: ExperimentConfig, source: str = "<experiment>") -> list[
             "register_as": None,
             "sweep": None,
         }
+        if data.get("pretrain") and data["pretrain"].get("workers") is None:
+            # a trial is already one worker: its expert episodes run in it rather than in a nested process pool
+            data["pretrain"] = {**data["pretrain"], "workers": 1}
         try:
             trial_config = ExperimentConfig.model_validate(data)
         except ValidationError as exc:

@@ -41,6 +41,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv,
 from agents.config import ExperimentConfig
 from agents.evaluate import RunSpec, run_one, scenario_paths
 from agents.export import export_policy
+from agents.pretrain import Demonstrations
 from agents.registry import default_tracking_uri, ensure_experiment, register_policy
 from agents.tracking import MlflowWriter, provenance_tags, run_name
 from env.gym_env import PDClusterEnv
@@ -145,14 +146,19 @@ def _export(model: MaskablePPO, venv: VecNormalize, out: Path, config: Experimen
     )
 
 
-def _warm_start(model: MaskablePPO, venv: VecNormalize, config: ExperimentConfig, layout: ObservationLayout) -> None:
+def _warm_start(
+    model: MaskablePPO, venv: VecNormalize, config: ExperimentConfig, layout: ObservationLayout, out: Path
+) -> None:
     """Behaviour cloning before PPO (see :mod:`agents.pretrain`); teachers and losses go to MLflow."""
     from agents.pretrain import behaviour_clone, choose_teachers, collect_demonstrations
 
     assert config.pretrain is not None
-    teachers = choose_teachers(scenario_paths(config.scenarios), config.pretrain.teachers, config.pretrain.seeds[0])
-    mlflow.log_dict({str(k.stem): v for k, v in teachers.items()}, "pretrain_teachers.json")
-    demos = collect_demonstrations(teachers, layout, config.pretrain.seeds)
+    if config.pretrain.expert == "lookahead":
+        demos = _lookahead_demonstrations(config, layout, out)
+    else:
+        teachers = choose_teachers(scenario_paths(config.scenarios), config.pretrain.teachers, config.pretrain.seeds[0])
+        mlflow.log_dict({str(k.stem): v for k, v in teachers.items()}, "pretrain_teachers.json")
+        demos = collect_demonstrations(teachers, layout, config.pretrain.seeds)
     if config.normalize_observations:
         venv.obs_rms.update(demos.observations)
     losses = behaviour_clone(
@@ -166,6 +172,46 @@ def _warm_start(model: MaskablePPO, venv: VecNormalize, config: ExperimentConfig
     for epoch, loss in enumerate(losses):
         mlflow.log_metric("pretrain/nll", loss, step=epoch)
     mlflow.log_metric("pretrain/demonstrations", len(demos))
+
+
+def _lookahead_demonstrations(config: ExperimentConfig, layout: ObservationLayout, out: Path) -> Demonstrations:
+    """Expert episodes of the lookahead expert on every training scenario and pretrain seed (logged to MLflow)."""
+    import os
+
+    from agents.grid_search import search
+    from agents.pretrain import LookaheadTask, collect_lookahead_demonstrations
+
+    assert config.pretrain is not None
+    pretrain = config.pretrain
+    tasks = []
+    for path in scenario_paths(config.scenarios):
+        points: list[dict[str, Any]] = []
+        if pretrain.grid_candidates > 0:  # searched on the training seeds (cached); never on evaluation seeds
+            ranked = sorted(search(path)["points"], key=lambda p: -p["weighted_goodput_rps"])
+            points = [{"pools": p["pools"], "route": p["route"]} for p in ranked[: pretrain.grid_candidates]]
+        tasks.extend(
+            LookaheadTask(str(path), seed, tuple(pretrain.teachers), tuple(points), layout, pretrain.horizon_intervals)
+            for seed in pretrain.seeds
+        )
+    demos, episodes = collect_lookahead_demonstrations(tasks, workers=pretrain.workers or os.cpu_count() or 1)
+    report = [
+        {
+            "scenario": e.scenario,
+            "seed": e.seed,
+            "expert_weighted_goodput_rps": e.expert_weighted_goodput_rps,
+            "best_candidate": max(e.candidate_weighted_goodput_rps, key=e.candidate_weighted_goodput_rps.__getitem__),
+            "best_candidate_weighted_goodput_rps": max(e.candidate_weighted_goodput_rps.values()),
+            "candidates": e.candidate_weighted_goodput_rps,
+            "chosen_intervals": e.chosen_intervals,
+        }
+        for e in episodes
+    ]
+    summary = {"horizon_intervals": pretrain.horizon_intervals, "episodes": report}
+    (out / "pretrain_expert.json").write_text(json.dumps(summary, indent=1) + "\n")
+    mlflow.log_dict(summary, "pretrain_expert.json")
+    gains = [r["expert_weighted_goodput_rps"] / max(r["best_candidate_weighted_goodput_rps"], 1e-9) for r in report]
+    mlflow.log_metric("pretrain/expert_over_best_candidate", float(np.mean(gains)))
+    return demos
 
 
 class EvalCheckpointCallback(BaseCallback):
@@ -202,6 +248,11 @@ class EvalCheckpointCallback(BaseCallback):
         else:
             self.evaluations_without_gain += 1
         return value
+
+    def _on_training_start(self) -> None:
+        # the starting point (e.g. the warm-started policy) is a candidate too: PPO must beat it to replace it
+        if self.config.eval_every_steps > 0:
+            self.evaluate_now()
 
     def _on_step(self) -> bool:
         if self.config.eval_every_steps <= 0 or self.num_timesteps < self._next:
@@ -326,7 +377,7 @@ def train(
         model.set_logger(Logger(folder=None, output_formats=[MlflowWriter()]))
         # 2b. optional warm start: imitate the best teacher of each training scenario
         if config.pretrain is not None:
-            _warm_start(model, venv, config, layout)
+            _warm_start(model, venv, config, layout, out)
         # 3. learn
         checkpoints = out / "checkpoints"
         eval_cb = EvalCheckpointCallback(config, venv, checkpoints, run_id, held_out)

@@ -117,12 +117,16 @@ def _ranking(ranked: Mapping[str, Sequence[Mapping[str, Any]]], console: Console
 
 
 def _summary(ranked: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
-    """Per scenario: the best baseline, its margin over the runner-up, and the grid optimum's headroom."""
+    """Per scenario: best baseline, margin over the runner-up, grid optimum's headroom, and the SLO ceiling.
+
+    The ceiling is the weighted goodput if every arrival met both SLOs; no policy can pass it.
+    """
     from agents.plots import label
 
     lines = [
-        "| scenario | best baseline | w. goodput | runner-up | margin | grid optimum | headroom over best baseline |",
-        "|---|---|---:|---|---:|---:|---:|",
+        "| scenario | best baseline | w. goodput | runner-up | margin | grid optimum | headroom over best baseline "
+        "| SLO ceiling | ceiling / best baseline |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for scenario, rows in sorted(ranked.items()):
         baselines = [r for r in rows if not r["policy"].startswith(("grid:", "learned:"))]
@@ -136,10 +140,12 @@ def _summary(ranked: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
         margin = 100 * (best_v - second_v) / second_v if second and second_v > 0 else math.nan
         grid_v = (grid["weighted_goodput_rps_mean"] or 0.0) if grid else math.nan
         headroom = 100 * (grid_v - best_v) / best_v if grid and best_v > 0 else math.nan
+        ceiling_v = best.get("offered_weighted_rps_mean")
+        ceiling = f"{ceiling_v:.2f} | {ceiling_v / best_v:.3f}× |" if ceiling_v and best_v > 0 else "- | - |"
         lines.append(
             f"| {scenario} | {label(best['policy'])} | {best_v:.2f} | "
             f"{label(second['policy']) if second else '-'} ({second_v:.2f}) | {margin:+.1f} % | "
-            f"{grid_v:.2f} | {headroom:+.1f} % |"
+            f"{grid_v:.2f} | {headroom:+.1f} % | {ceiling}"
         )
     return "\n".join(lines)
 

@@ -78,6 +78,11 @@ def test_run_scores_tenants_and_total(tiny_path: Path) -> None:
     assert total["weighted_goodput_rps"] == pytest.approx(
         2 * rows["chat0"]["goodput_rps"] + rows["rag0"]["goodput_rps"]
     )
+    duration_s = total["gpu_seconds"] / 8
+    assert total["offered_weighted_rps"] == pytest.approx(
+        (2 * rows["chat0"]["arrived"] + rows["rag0"]["arrived"]) / duration_s
+    )
+    assert total["offered_weighted_rps"] >= total["weighted_goodput_rps"]
     assert total["gpu_seconds"] == pytest.approx(8 * 90.0)  # pools held: 4 instances x TP2 for the whole episode
     assert total["churn_changes"] == 0
     assert total["transfer_bytes"] > 0  # vllm-proxy ships every prompt

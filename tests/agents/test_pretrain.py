@@ -38,3 +38,32 @@ def test_teacher_choice_is_the_best_candidate(tmp_path: Path) -> None:
     chosen = choose_teachers([path], ["baseline:vllm-proxy", "baseline:aggregated"], seed=0)
     # on a failing network, serving everything aggregated beats always-remote
     assert chosen[path] == "baseline:aggregated"
+
+
+def test_lookahead_expert_with_one_candidate_is_that_candidate() -> None:
+    """Snapshots and lookahead copies must not disturb the real episode: one candidate → exactly its run."""
+    from agents.pretrain import LookaheadTask, lookahead_episode
+
+    path = SCENARIO_DIR / "short-flood-8.yaml"
+    task = LookaheadTask(str(path), 0, ("baseline:dynamo-legacy",), (), LAYOUT, horizon_intervals=2)
+    episode = lookahead_episode(task)
+    assert episode.chosen_intervals == {"baseline:dynamo-legacy": len(episode.demonstrations)}
+    assert episode.expert_weighted_goodput_rps == episode.candidate_weighted_goodput_rps["baseline:dynamo-legacy"]
+    teacher = collect_demonstrations({path: "baseline:dynamo-legacy"}, LAYOUT, seeds=[0])
+    np.testing.assert_array_equal(episode.demonstrations.actions, teacher.actions)
+    np.testing.assert_array_equal(episode.demonstrations.observations, teacher.observations)
+
+
+def test_lookahead_expert_picks_the_better_candidate_on_a_failing_network() -> None:
+    from agents.pretrain import LookaheadTask, collect_lookahead_demonstrations
+
+    path = SCENARIO_DIR / "degraded-network-8.yaml"
+    grid_point = {"pools": {"main": [2, 2]}, "route": "remote"}
+    task = LookaheadTask(str(path), 0, ("baseline:aggregated",), (grid_point,), LAYOUT, horizon_intervals=3)
+    demos, (episode,) = collect_lookahead_demonstrations([task], workers=1)
+    assert len(demos) == len(episode.demonstrations) > 10
+    best = max(episode.candidate_weighted_goodput_rps.values())
+    worst = min(episode.candidate_weighted_goodput_rps.values())
+    assert worst < 0.9 * best  # the candidates really differ here
+    assert episode.expert_weighted_goodput_rps >= 0.97 * best
+    assert max(episode.chosen_intervals, key=episode.chosen_intervals.__getitem__) == "baseline:aggregated"

@@ -251,3 +251,14 @@ def test_ray_sweep_on_a_local_instance_matches_the_process_backend(
     local = {row["trial"]: row["weighted_goodput_rps"] for row in local_sweep["trials"] if row["trial"] in (0, 1)}
     assert goodput == local
     assert {o.index: o.goodput for o in result.ranked} == local
+
+
+def test_trials_run_their_expert_episodes_in_their_own_worker(tmp_path: Path) -> None:
+    pretrain = {"teachers": ["baseline:aggregated"], "expert": "lookahead"}
+    (trial,) = plan_trials(load_experiment(_write(tmp_path, {}, pretrain=pretrain)))
+    assert trial.config.pretrain is not None
+    assert trial.config.pretrain.workers == 1
+    pinned = {**pretrain, "workers": 2}
+    (trial,) = plan_trials(load_experiment(_write(tmp_path, {}, pretrain=pinned)))
+    assert trial.config.pretrain is not None
+    assert trial.config.pretrain.workers == 2
