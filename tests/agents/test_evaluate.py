@@ -42,7 +42,7 @@ def test_scale_rates_scales_every_workload_kind() -> None:
 
 def test_scenario_paths_resolve_suites_names_and_refuse_unknowns() -> None:
     assert [p.stem for p in ev.scenario_paths(["suite:static"])][:2] == ["chatbot-8", "agent-tools-8"]
-    assert len(ev.scenario_paths(["suite:dynamic", "rag-surge-8"])) == 5
+    assert len(ev.scenario_paths(["suite:dynamic", "rag-surge-8"])) == 6
     with pytest.raises(ValueError, match="unknown suite"):
         ev.scenario_paths(["suite:nope"])
     with pytest.raises(ValueError, match="no such file"):

@@ -162,7 +162,7 @@ def test_shipped_scenarios_fit_the_default_layout() -> None:
     from agents.evaluate import scenario_paths
 
     paths = scenario_paths(["suite:all"])
-    assert len(paths) == 10
+    assert len(paths) == 11
     for path in paths:
         env = PDClusterEnv(path)
         assert env.scenario.duration_s <= 1800
