@@ -17,6 +17,12 @@ on the training seeds. It is a *privileged* expert: its copies see the episode's
 sees observations, so it learns what the expert's choices correlate with in the live metrics (policy switching by
 rollout; a rollout over base policies is at least as good as the best of them when the horizon covers their
 effects). Expert episodes run in parallel processes, one per (scenario, seed).
+
+Imitation alone drifts: the student makes a small mistake, reaches states the expert never visited, and has no
+label there (in batch-summarization-8 the expert moves an instance from prefill to decode in two or three of
+sixty intervals; a student that misses them stays at the wrong split for the whole episode). With
+``dagger_iterations`` (DAgger, Ross et al. 2011) the student then drives episodes while the expert labels every
+state it visits, and the student is refitted on all labels so far.
 """
 
 from __future__ import annotations
@@ -113,6 +119,9 @@ class LookaheadTask:
     horizon_intervals: int = 12
     score_candidates: bool = True
     """Also run every candidate alone on the same seed (the expert's improvement is then measured)."""
+    driver: str | None = None
+    """DAgger: a policy spec (``learned:PATH``, the student so far) that acts in the episode while the expert only
+    labels the states it visits; ``None``: the expert acts (its own state distribution)."""
 
 
 @dataclass(slots=True)
@@ -164,6 +173,7 @@ def lookahead_episode(task: LookaheadTask) -> ExpertEpisode:
     env = PDClusterEnv(task.scenario_path, layout=task.layout)
     env.reset(seed=task.seed)
     names, policies = _candidates(task, env)
+    driver = make_policy(task.driver, env.scenario) if task.driver else None
     observations: list[np.ndarray] = []
     masks: list[np.ndarray] = []
     actions: list[np.ndarray] = []
@@ -190,7 +200,7 @@ def lookahead_episode(task: LookaheadTask) -> ExpertEpisode:
         for i, policy in enumerate(policies):
             if i != chosen:
                 policy.decide(env.observation(), env.policy_context())
-        env.step(actions[-1])
+        env.step(actions[-1] if driver is None else _encoded(env, driver))
     demos = Demonstrations(np.asarray(observations, np.float32), np.asarray(masks, bool), np.asarray(actions, np.int64))
     expert = _weighted_goodput_rps(env)
     alone: dict[str, float] = {}

@@ -154,11 +154,11 @@ def _warm_start(
 
     assert config.pretrain is not None
     if config.pretrain.expert == "lookahead":
-        demos = _lookahead_demonstrations(config, layout, out)
-    else:
-        teachers = choose_teachers(scenario_paths(config.scenarios), config.pretrain.teachers, config.pretrain.seeds[0])
-        mlflow.log_dict({str(k.stem): v for k, v in teachers.items()}, "pretrain_teachers.json")
-        demos = collect_demonstrations(teachers, layout, config.pretrain.seeds)
+        _dagger(model, venv, config, layout, out)
+        return
+    teachers = choose_teachers(scenario_paths(config.scenarios), config.pretrain.teachers, config.pretrain.seeds[0])
+    mlflow.log_dict({str(k.stem): v for k, v in teachers.items()}, "pretrain_teachers.json")
+    demos = collect_demonstrations(teachers, layout, config.pretrain.seeds)
     if config.normalize_observations:
         venv.obs_rms.update(demos.observations)
     losses = behaviour_clone(
@@ -174,8 +174,45 @@ def _warm_start(
     mlflow.log_metric("pretrain/demonstrations", len(demos))
 
 
-def _lookahead_demonstrations(config: ExperimentConfig, layout: ObservationLayout, out: Path) -> Demonstrations:
-    """Expert episodes of the lookahead expert on every training scenario and pretrain seed (logged to MLflow)."""
+def _dagger(
+    model: MaskablePPO, venv: VecNormalize, config: ExperimentConfig, layout: ObservationLayout, out: Path
+) -> None:
+    """Imitate the lookahead expert; then, ``dagger_iterations`` times, the student drives and is refit on all."""
+    from agents.pretrain import behaviour_clone
+
+    assert config.pretrain is not None
+    demos = _lookahead_demonstrations(config, layout, out, round_index=0, driver=None)
+    fresh = demos.observations
+    for round_index in range(config.pretrain.dagger_iterations + 1):
+        if config.normalize_observations:
+            venv.obs_rms.update(fresh)
+        losses = behaviour_clone(
+            model,
+            demos,
+            venv.normalize_obs,
+            epochs=config.pretrain.epochs,
+            learning_rate=config.pretrain.learning_rate,
+            seed=config.seed + round_index,
+        )
+        for epoch, loss in enumerate(losses):
+            mlflow.log_metric(f"pretrain/nll_round{round_index}", loss, step=epoch)
+        mlflow.log_metric("pretrain/demonstrations", len(demos), step=round_index)
+        if round_index == config.pretrain.dagger_iterations:
+            break
+        student = _export(model, venv, out / f"dagger-{round_index}", config, None)
+        extra = _lookahead_demonstrations(config, layout, out, round_index=round_index + 1, driver=f"learned:{student}")
+        fresh = extra.observations
+        demos = Demonstrations(
+            np.concatenate([demos.observations, extra.observations]),
+            np.concatenate([demos.masks, extra.masks]),
+            np.concatenate([demos.actions, extra.actions]),
+        )
+
+
+def _lookahead_demonstrations(
+    config: ExperimentConfig, layout: ObservationLayout, out: Path, *, round_index: int, driver: str | None
+) -> Demonstrations:
+    """Lookahead-expert labels on every training scenario and pretrain seed (``driver`` acts when given; DAgger)."""
     import os
 
     from agents.grid_search import search
@@ -190,10 +227,33 @@ def _lookahead_demonstrations(config: ExperimentConfig, layout: ObservationLayou
             ranked = sorted(search(path)["points"], key=lambda p: -p["weighted_goodput_rps"])
             points = [{"pools": p["pools"], "route": p["route"]} for p in ranked[: pretrain.grid_candidates]]
         tasks.extend(
-            LookaheadTask(str(path), seed, tuple(pretrain.teachers), tuple(points), layout, pretrain.horizon_intervals)
+            LookaheadTask(
+                str(path),
+                seed,
+                tuple(pretrain.teachers),
+                tuple(points),
+                layout,
+                pretrain.horizon_intervals,
+                score_candidates=driver is None,
+                driver=driver,
+            )
             for seed in pretrain.seeds
         )
     demos, episodes = collect_lookahead_demonstrations(tasks, workers=pretrain.workers or os.cpu_count() or 1)
+    if driver is not None:  # a DAgger round: the episode's goodput is the student's own
+        scores = [e.expert_weighted_goodput_rps for e in episodes]
+        mlflow.log_metric("pretrain/student_weighted_goodput_rps", float(np.mean(scores)), step=round_index)
+        summary: dict[str, Any] = {
+            "round": round_index,
+            "driver": driver,
+            "episodes": [
+                {"scenario": e.scenario, "seed": e.seed, "student_weighted_goodput_rps": e.expert_weighted_goodput_rps}
+                for e in episodes
+            ],
+        }
+        (out / f"pretrain_dagger_round{round_index}.json").write_text(json.dumps(summary, indent=1) + "\n")
+        mlflow.log_dict(summary, f"pretrain_dagger_round{round_index}.json")
+        return demos
     report = [
         {
             "scenario": e.scenario,

@@ -67,3 +67,20 @@ def test_lookahead_expert_picks_the_better_candidate_on_a_failing_network() -> N
     assert worst < 0.9 * best  # the candidates really differ here
     assert episode.expert_weighted_goodput_rps >= 0.97 * best
     assert max(episode.chosen_intervals, key=episode.chosen_intervals.__getitem__) == "baseline:aggregated"
+
+
+def test_dagger_round_visits_the_drivers_states_and_keeps_the_experts_labels() -> None:
+    from agents.pretrain import LookaheadTask, lookahead_episode
+
+    path = SCENARIO_DIR / "short-flood-8.yaml"
+    task = LookaheadTask(
+        str(path), 0, ("baseline:dynamo-legacy",), (), LAYOUT, horizon_intervals=1, driver="baseline:aggregated"
+    )
+    episode = lookahead_episode(task)
+    driver = collect_demonstrations({path: "baseline:aggregated"}, LAYOUT, seeds=[0])
+    expert = collect_demonstrations({path: "baseline:dynamo-legacy"}, LAYOUT, seeds=[0])
+    np.testing.assert_array_equal(episode.demonstrations.observations, driver.observations)
+    assert not np.array_equal(episode.demonstrations.observations, expert.observations)
+    # labels: what the (only) expert candidate would do in the driver's states, never the driver's own actions
+    assert not np.array_equal(episode.demonstrations.actions, driver.actions)
+    assert episode.chosen_intervals == {"baseline:dynamo-legacy": len(driver)}
