@@ -150,6 +150,42 @@ def _summary(ranked: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+def _learned_summary(ranked: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
+    """Per learned policy and scenario: its goodput against the best baseline, the grid optimum and the ceiling."""
+    import yaml
+
+    from agents.evaluate import SUITES_FILE
+    from agents.plots import label
+
+    suites = yaml.safe_load(SUITES_FILE.read_text(encoding="utf-8")) or {}
+    kind = {name: k for k in ("static", "dynamic") for name in suites.get(k) or []}
+    lines = [
+        "| policy | scenario | kind | w. goodput (± 95 % CI) | best baseline | × best baseline | grid optimum "
+        "| × grid optimum | share of SLO ceiling |",
+        "|---|---|---|---:|---|---:|---:|---:|---:|",
+    ]
+    learned_specs = sorted({r["policy"] for rs in ranked.values() for r in rs if r["policy"].startswith("learned:")})
+    for spec in learned_specs:
+        for scenario, rows in sorted(ranked.items(), key=lambda kv: (kind.get(kv[0], "~"), kv[0])):
+            own = next((r for r in rows if r["policy"] == spec), None)
+            baselines = [r for r in rows if not r["policy"].startswith(("grid:", "learned:"))]
+            if own is None or not baselines:
+                continue
+            grid = next((r for r in rows if r["policy"].startswith("grid:")), None)
+            value = own["weighted_goodput_rps_mean"] or 0.0
+            ci = own.get("weighted_goodput_rps_ci95")
+            best_v = baselines[0]["weighted_goodput_rps_mean"] or 0.0
+            grid_v = (grid["weighted_goodput_rps_mean"] or 0.0) if grid else math.nan
+            ceiling_v = own.get("offered_weighted_rps_mean") or math.nan
+            lines.append(
+                f"| {label(spec)} | {scenario} | {kind.get(scenario, '-')} | {value:.2f}"
+                f"{f' ± {ci:.2f}' if ci is not None else ''} | {label(baselines[0]['policy'])} {best_v:.2f} | "
+                f"{value / best_v if best_v > 0 else math.nan:.3f}× | {grid_v:.2f} | "
+                f"{value / grid_v if grid_v > 0 else math.nan:.3f}× | {100 * value / ceiling_v:.1f} % |"
+            )
+    return "\n".join(lines) if learned_specs else ""
+
+
 def _progress(console: Console) -> Progress:
     return Progress(
         TextColumn("[bold]{task.description}"),
@@ -223,9 +259,13 @@ def _run(
         notes = f"\n\n{len(errors)} of {len(evaluation.runs)} runs raised and are left out (results.json: errors)."
         console.print(f"[red]{len(errors)} runs raised[/red]; first: {errors[0].spec.policy} on {errors[0].scenario} "
                       f"seed {errors[0].spec.seed}: {errors[0].error}")  # fmt: skip
+    learned = _learned_summary(ranked)
+    if learned:
+        console.print(learned)
+        learned = f"## Learned policies\n\n{learned}\n\n"
     (out / "ranking.md").write_text(
         f"# Evaluation\n\nCommand: `{command}`{notes}\n\n## Best baseline and headroom\n\n{summary}\n\n"
-        f"## Rankings\n\n{ranking}\n"
+        f"{learned}## Rankings\n\n{ranking}\n"
     )
     if plots:
         from agents.plots import write_all

@@ -4,6 +4,7 @@ import itertools
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -258,3 +259,27 @@ def test_learned_policy_is_judged_like_the_gym_agent(tiny_path: Path, tmp_path: 
     result = ev.run_one(ev.RunSpec(f"learned:{artifact}", str(tiny_path), 3))
     assert result.error is None
     assert next(r for r in result.rows if r["tenant"] == "ALL")["arrived"] > 0
+
+
+def test_learned_summary_compares_with_best_baseline_grid_and_ceiling() -> None:
+    from pdctl.commands.evaluate import _learned_summary
+
+    def row(policy: str, goodput: float) -> dict[str, Any]:
+        return {
+            "policy": policy,
+            "weighted_goodput_rps_mean": goodput,
+            "weighted_goodput_rps_ci95": 0.1,
+            "offered_weighted_rps_mean": 10.0,
+        }
+
+    rows = [row("grid:", 6.0), row("learned:/x/my-policy", 5.5), row("baseline:a", 5.0), row("baseline:b", 4.0)]
+    table = _learned_summary({"rag-surge-8": rows, "chatbot-8": rows})
+    lines = table.splitlines()
+    assert len(lines) == 4  # header, rule, one row per scenario (dynamic first)
+    assert "rag-surge-8 | dynamic" in lines[2]
+    assert "chatbot-8 | static" in lines[3]
+    assert "| 5.50 ± 0.10 |" in lines[2]
+    assert "| 1.100× |" in lines[2]  # 5.5 / best baseline 5.0
+    assert "| 0.917× |" in lines[2]  # 5.5 / grid 6.0
+    assert lines[2].endswith("| 55.0 % |")  # of the ceiling 10.0
+    assert _learned_summary({"rag-surge-8": [row("baseline:a", 5.0)]}) == ""
