@@ -102,6 +102,8 @@ class PretrainConfig(_Strict):
     """Lookahead expert: the best so many static grid configurations (on the training seeds) join the candidates."""
     workers: Annotated[int, Field(ge=1, le=64)] | None = None
     """Processes for expert episodes (default: the machine's cores)."""
+    pool_move_weight: Annotated[float, Field(gt=0)] = 1.0
+    """Imitation weight of demonstrations that move a pool (rare but decisive) against those that hold (1)."""
     dagger_iterations: Annotated[int, Field(ge=0, le=10)] = 0
     """Lookahead expert: rounds in which the student drives and the expert labels the states it visits (DAgger)."""
 

@@ -253,10 +253,15 @@ def behaviour_clone(
     batch_size: int = 256,
     learning_rate: float = 1e-3,
     seed: int = 0,
+    pool_move_weight: float = 1.0,
+    pool_dims: int = 0,
 ) -> list[float]:
     """Fit ``model``'s actor to the demonstrations (masked negative log-likelihood); returns the loss per epoch.
 
     ``normalise`` maps raw observation vectors to what the network sees (``VecNormalize.normalize_obs``).
+    ``pool_move_weight`` weighs demonstrations that move a pool (rare: a few per episode, but they decide the
+    split for the rest of it) against those that hold the pools (weight 1); ``pool_dims`` is the number of leading
+    pool-delta dimensions of the action (``2 × max_groups``; index 1 = no change).
     """
     policy = model.policy  # type: ignore[attr-defined]
     optimiser = torch.optim.Adam(policy.parameters(), lr=learning_rate)
@@ -264,6 +269,9 @@ def behaviour_clone(
     actions = torch.as_tensor(demos.actions)
     masks = demos.masks
     generator = np.random.default_rng(seed)
+    weights = torch.ones(len(demos), dtype=torch.float32)
+    if pool_move_weight != 1.0 and pool_dims > 0:
+        weights[torch.as_tensor(np.any(demos.actions[:, :pool_dims] != 1, axis=1))] = pool_move_weight
     losses: list[float] = []
     policy.set_training_mode(True)
     for _ in range(epochs):
@@ -272,7 +280,7 @@ def behaviour_clone(
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             _, log_prob, _ = policy.evaluate_actions(obs[idx], actions[idx], action_masks=masks[idx])
-            loss = -log_prob.mean()
+            loss = -(weights[idx] * log_prob).sum() / weights[idx].sum()
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()

@@ -193,6 +193,8 @@ def _dagger(
             epochs=config.pretrain.epochs,
             learning_rate=config.pretrain.learning_rate,
             seed=config.seed + round_index,
+            pool_move_weight=config.pretrain.pool_move_weight,
+            pool_dims=2 * layout.max_groups,
         )
         for epoch, loss in enumerate(losses):
             mlflow.log_metric(f"pretrain/nll_round{round_index}", loss, step=epoch)

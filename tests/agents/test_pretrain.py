@@ -84,3 +84,28 @@ def test_dagger_round_visits_the_drivers_states_and_keeps_the_experts_labels() -
     # labels: what the (only) expert candidate would do in the driver's states, never the driver's own actions
     assert not np.array_equal(episode.demonstrations.actions, driver.actions)
     assert episode.chosen_intervals == {"baseline:dynamo-legacy": len(driver)}
+
+
+def test_pool_move_weight_makes_rare_pool_moves_win_over_frequent_holds() -> None:
+    from agents.pretrain import Demonstrations
+
+    path = SCENARIO_DIR / "short-flood-8.yaml"
+    demos = collect_demonstrations({path: "baseline:dynamo-legacy"}, LAYOUT, seeds=[0])
+    obs, mask, action = demos.observations[5], demos.masks[5], demos.actions[5].copy()
+    move = next(i for i in (0, 2) if mask[i])  # an allowed prefill delta other than "no change" (index 1)
+    actions = np.repeat(action[None, :], 10, axis=0)
+    actions[:, 0] = 1
+    actions[0, 0] = move  # one demonstration moves the pool, nine hold it, in the same state
+    conflicting = Demonstrations(np.repeat(obs[None, :], 10, axis=0), np.repeat(mask[None, :], 10, axis=0), actions)
+
+    def first_dim(weight: float) -> int:
+        venv = DummyVecEnv([lambda: PDClusterEnv(path, layout=LAYOUT)])
+        model = MaskablePPO("MlpPolicy", venv, seed=0, device="cpu", policy_kwargs={"net_arch": [32]})
+        behaviour_clone(
+            model, conflicting, lambda x: x, epochs=200, batch_size=10, seed=0, pool_move_weight=weight, pool_dims=4
+        )
+        predicted, _ = model.predict(obs, deterministic=True, action_masks=mask)
+        return int(np.asarray(predicted)[0])
+
+    assert first_dim(1.0) == 1
+    assert first_dim(20.0) == move
