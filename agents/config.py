@@ -104,6 +104,8 @@ class PretrainConfig(_Strict):
     """Processes for expert episodes (default: the machine's cores)."""
     pool_move_weight: Annotated[float, Field(gt=0)] = 1.0
     """Imitation weight of demonstrations that move a pool (rare but decisive) against those that hold (1)."""
+    prefer_best_alone: bool = False
+    """Lookahead expert: ties go to the candidate best on its own over the episode before the previous choice."""
     dagger_iterations: Annotated[int, Field(ge=0, le=10)] = 0
     """Lookahead expert: rounds in which the student drives and the expert labels the states it visits (DAgger)."""
 

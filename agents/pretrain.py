@@ -12,11 +12,13 @@ A stronger teacher is the *lookahead expert* (``pretrain.expert: lookahead``): a
 the candidate policies. At every control interval it snapshots the simulator (a pickle round trip: the env, its
 RNG streams and the candidates' state), follows each candidate closed-loop for ``horizon_intervals`` intervals in
 its own copy, and acts as the candidate with the highest summed reward (ties keep the previous choice, so it does
-not churn for nothing). Candidates are the teachers plus the best few static configurations of the grid search
-on the training seeds. It is a *privileged* expert: its copies see the episode's future arrivals. The student only
-sees observations, so it learns what the expert's choices correlate with in the live metrics (policy switching by
-rollout; a rollout over base policies is at least as good as the best of them when the horizon covers their
-effects). Expert episodes run in parallel processes, one per (scenario, seed).
+not churn for nothing; with ``prefer_best_alone`` they go first to the candidate best on its own over the episode,
+so that states the horizon cannot tell apart get one consistent label). Candidates are the teachers plus the best
+few static configurations of the grid search on the training seeds. It is a *privileged* expert: its copies see
+the episode's future arrivals. The student only sees observations, so it learns what the expert's choices
+correlate with in the live metrics (policy switching by rollout; a rollout over base policies is at least as good
+as the best of them when the horizon covers their effects). Expert episodes run in parallel processes, one per
+(scenario, seed).
 
 Imitation alone drifts: the student makes a small mistake, reaches states the expert never visited, and has no
 label there (in batch-summarization-8 the expert moves an instance from prefill to decode in two or three of
@@ -122,6 +124,9 @@ class LookaheadTask:
     driver: str | None = None
     """DAgger: a policy spec (``learned:PATH``, the student so far) that acts in the episode while the expert only
     labels the states it visits; ``None``: the expert acts (its own state distribution)."""
+    prefer_best_alone: bool = False
+    """Ties go first to the candidate best on its own over the episode (needs ``score_candidates``), then to the
+    previous choice; ``False``: to the previous choice only."""
 
 
 @dataclass(slots=True)
@@ -168,6 +173,19 @@ def _weighted_goodput_rps(env: PDClusterEnv) -> float:
     return weighted_goodput_rps(env.drain(), env.tenants, env.scenario.duration_s)
 
 
+def _scores_alone(task: LookaheadTask, names: Sequence[str]) -> dict[str, float]:
+    """Each candidate's weighted goodput when it alone acts for the whole episode (same seed)."""
+    alone: dict[str, float] = {}
+    for i, name in enumerate(names):
+        solo = PDClusterEnv(task.scenario_path, layout=task.layout)
+        solo.reset(seed=task.seed)
+        policy = _candidates(task, solo)[1][i]
+        while _running(solo):
+            solo.step(_encoded(solo, policy))
+        alone[name] = _weighted_goodput_rps(solo)
+    return alone
+
+
 def lookahead_episode(task: LookaheadTask) -> ExpertEpisode:
     """Run the lookahead expert through one episode, recording (observation, mask, expert action)."""
     env = PDClusterEnv(task.scenario_path, layout=task.layout)
@@ -177,7 +195,9 @@ def lookahead_episode(task: LookaheadTask) -> ExpertEpisode:
     observations: list[np.ndarray] = []
     masks: list[np.ndarray] = []
     actions: list[np.ndarray] = []
-    chosen = 0
+    alone = _scores_alone(task, names) if task.score_candidates else {}
+    default = int(np.argmax([alone[name] for name in names])) if alone and task.prefer_best_alone else None
+    chosen = default or 0
     counts: dict[str, int] = {}
     while _running(env):
         snapshot = pickle.dumps((env, policies), protocol=pickle.HIGHEST_PROTOCOL)
@@ -190,7 +210,10 @@ def lookahead_episode(task: LookaheadTask) -> ExpertEpisode:
                     break
                 total += float(copy_env.step(_encoded(copy_env, copy_policies[i]))[1])
             returns[i] = total
-        if returns[chosen] < returns.max() - 1e-9:
+        top = returns.max() - 1e-9
+        if default is not None and returns[default] >= top:
+            chosen = default
+        elif returns[chosen] < top:
             chosen = int(np.argmax(returns))
         counts[names[chosen]] = counts.get(names[chosen], 0) + 1
         observations.append(env.observation().to_vector(task.layout))
@@ -203,15 +226,6 @@ def lookahead_episode(task: LookaheadTask) -> ExpertEpisode:
         env.step(actions[-1] if driver is None else _encoded(env, driver))
     demos = Demonstrations(np.asarray(observations, np.float32), np.asarray(masks, bool), np.asarray(actions, np.int64))
     expert = _weighted_goodput_rps(env)
-    alone: dict[str, float] = {}
-    if task.score_candidates:
-        for i, name in enumerate(names):
-            solo = PDClusterEnv(task.scenario_path, layout=task.layout)
-            solo.reset(seed=task.seed)
-            policy = _candidates(task, solo)[1][i]
-            while _running(solo):
-                solo.step(_encoded(solo, policy))
-            alone[name] = _weighted_goodput_rps(solo)
     return ExpertEpisode(Path(task.scenario_path).stem, task.seed, demos, expert, alone, counts)
 
 

@@ -236,8 +236,9 @@ def _lookahead_demonstrations(
                 tuple(points),
                 layout,
                 pretrain.horizon_intervals,
-                score_candidates=driver is None,
+                score_candidates=driver is None or pretrain.prefer_best_alone,
                 driver=driver,
+                prefer_best_alone=pretrain.prefer_best_alone,
             )
             for seed in pretrain.seeds
         )

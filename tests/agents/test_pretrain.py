@@ -109,3 +109,21 @@ def test_pool_move_weight_makes_rare_pool_moves_win_over_frequent_holds() -> Non
 
     assert first_dim(1.0) == 1
     assert first_dim(20.0) == move
+
+
+def test_ties_going_to_the_best_candidate_alone_rescue_a_myopic_expert() -> None:
+    """With a one-interval horizon most intervals tie; where ties go decides the episode."""
+    from agents.pretrain import LookaheadTask, lookahead_episode
+
+    path = SCENARIO_DIR / "degraded-network-8.yaml"
+    candidates = ("baseline:vllm-proxy", "baseline:aggregated")  # on a failing network aggregated is far better
+    sticky, preferring = (
+        lookahead_episode(LookaheadTask(str(path), 0, candidates, (), LAYOUT, 1, prefer_best_alone=prefer))
+        for prefer in (False, True)
+    )
+    alone = preferring.candidate_weighted_goodput_rps
+    assert alone == sticky.candidate_weighted_goodput_rps
+    assert alone["baseline:aggregated"] > alone["baseline:vllm-proxy"]
+    assert max(preferring.chosen_intervals, key=preferring.chosen_intervals.__getitem__) == "baseline:aggregated"
+    assert max(sticky.chosen_intervals, key=sticky.chosen_intervals.__getitem__) == "baseline:vllm-proxy"
+    assert preferring.expert_weighted_goodput_rps > sticky.expert_weighted_goodput_rps
