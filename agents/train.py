@@ -149,57 +149,41 @@ def _export(model: MaskablePPO, venv: VecNormalize, out: Path, config: Experimen
 def _warm_start(
     model: MaskablePPO, venv: VecNormalize, config: ExperimentConfig, layout: ObservationLayout, out: Path
 ) -> None:
-    """Behaviour cloning before PPO (see :mod:`agents.pretrain`); teachers and losses go to MLflow."""
+    """Behaviour cloning before PPO (see :mod:`agents.pretrain`); teachers, labels and losses go to MLflow.
+
+    The labels come from the best teacher per scenario or from the lookahead expert; with the expert, each of
+    ``dagger_iterations`` rounds then lets the student drive, has the expert label the states it reaches, and
+    refits on all labels so far.
+    """
     from agents.pretrain import behaviour_clone, choose_teachers, collect_demonstrations
 
-    assert config.pretrain is not None
-    if config.pretrain.expert == "lookahead":
-        _dagger(model, venv, config, layout, out)
-        return
-    teachers = choose_teachers(scenario_paths(config.scenarios), config.pretrain.teachers, config.pretrain.seeds[0])
-    mlflow.log_dict({str(k.stem): v for k, v in teachers.items()}, "pretrain_teachers.json")
-    demos = collect_demonstrations(teachers, layout, config.pretrain.seeds)
-    if config.normalize_observations:
-        venv.obs_rms.update(demos.observations)
-    losses = behaviour_clone(
-        model,
-        demos,
-        venv.normalize_obs,
-        epochs=config.pretrain.epochs,
-        learning_rate=config.pretrain.learning_rate,
-        seed=config.seed,
-    )
-    for epoch, loss in enumerate(losses):
-        mlflow.log_metric("pretrain/nll", loss, step=epoch)
-    mlflow.log_metric("pretrain/demonstrations", len(demos))
-
-
-def _dagger(
-    model: MaskablePPO, venv: VecNormalize, config: ExperimentConfig, layout: ObservationLayout, out: Path
-) -> None:
-    """Imitate the lookahead expert; then, ``dagger_iterations`` times, the student drives and is refit on all."""
-    from agents.pretrain import behaviour_clone
-
-    assert config.pretrain is not None
-    demos = _lookahead_demonstrations(config, layout, out, round_index=0, driver=None)
+    pretrain = config.pretrain
+    assert pretrain is not None
+    if pretrain.expert == "lookahead":
+        demos = _lookahead_demonstrations(config, layout, out, round_index=0, driver=None)
+    else:
+        teachers = choose_teachers(scenario_paths(config.scenarios), pretrain.teachers, pretrain.seeds[0])
+        mlflow.log_dict({str(k.stem): v for k, v in teachers.items()}, "pretrain_teachers.json")
+        demos = collect_demonstrations(teachers, layout, pretrain.seeds)
     fresh = demos.observations
-    for round_index in range(config.pretrain.dagger_iterations + 1):
+    for round_index in range(pretrain.dagger_iterations + 1):
         if config.normalize_observations:
             venv.obs_rms.update(fresh)
         losses = behaviour_clone(
             model,
             demos,
             venv.normalize_obs,
-            epochs=config.pretrain.epochs,
-            learning_rate=config.pretrain.learning_rate,
+            epochs=pretrain.epochs,
+            learning_rate=pretrain.learning_rate,
             seed=config.seed + round_index,
-            pool_move_weight=config.pretrain.pool_move_weight,
+            pool_move_weight=pretrain.pool_move_weight,
             pool_dims=2 * layout.max_groups,
         )
+        name = "pretrain/nll" if round_index == 0 else f"pretrain/nll_round{round_index}"
         for epoch, loss in enumerate(losses):
-            mlflow.log_metric(f"pretrain/nll_round{round_index}", loss, step=epoch)
+            mlflow.log_metric(name, loss, step=epoch)
         mlflow.log_metric("pretrain/demonstrations", len(demos), step=round_index)
-        if round_index == config.pretrain.dagger_iterations:
+        if round_index == pretrain.dagger_iterations:
             break
         student = _export(model, venv, out / f"dagger-{round_index}", config, None)
         extra = _lookahead_demonstrations(config, layout, out, round_index=round_index + 1, driver=f"learned:{student}")
