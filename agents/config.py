@@ -109,6 +109,14 @@ class PretrainConfig(_Strict):
     dagger_iterations: Annotated[int, Field(ge=0, le=10)] = 0
     """Lookahead expert: rounds in which the student drives and the expert labels the states it visits (DAgger)."""
 
+    @model_validator(mode="after")
+    def _expert_options(self) -> PretrainConfig:
+        if self.expert != "lookahead":
+            for name in ("dagger_iterations", "prefer_best_alone"):
+                if getattr(self, name):
+                    raise ValueError(f"{name} needs expert: lookahead (the best-teacher warm start has no expert)")
+        return self
+
 
 def _grid_fields() -> dict[str, Any]:
     fields: dict[str, Any] = {}

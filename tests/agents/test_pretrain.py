@@ -3,9 +3,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
+import yaml
 from sb3_contrib import MaskablePPO
 from stable_baselines3.common.vec_env import DummyVecEnv
 
+from agents.config import ExperimentError, load_experiment
 from agents.pretrain import behaviour_clone, choose_teachers, collect_demonstrations
 from env.gym_env import SCENARIO_DIR, PDClusterEnv
 from policies import ObservationLayout
@@ -127,3 +130,16 @@ def test_ties_going_to_the_best_candidate_alone_rescue_a_myopic_expert() -> None
     assert max(preferring.chosen_intervals, key=preferring.chosen_intervals.__getitem__) == "baseline:aggregated"
     assert max(sticky.chosen_intervals, key=sticky.chosen_intervals.__getitem__) == "baseline:vllm-proxy"
     assert preferring.expert_weighted_goodput_rps > sticky.expert_weighted_goodput_rps
+
+
+def test_expert_only_options_are_refused_without_the_lookahead_expert(tmp_path: Path) -> None:
+    smoke = yaml.safe_load((SCENARIO_DIR.parents[0] / "smoke.yaml").read_text())
+    for option, value in (("dagger_iterations", 1), ("prefer_best_alone", True)):
+        smoke["pretrain"] = {"teachers": ["baseline:aggregated"], option: value}
+        path = tmp_path / "exp.yaml"
+        path.write_text(yaml.safe_dump(smoke))
+        with pytest.raises(ExperimentError, match=rf"exp.yaml: pretrain: .*{option} needs expert: lookahead"):
+            load_experiment(path)
+        smoke["pretrain"]["expert"] = "lookahead"
+        path.write_text(yaml.safe_dump(smoke))
+        assert getattr(load_experiment(path).pretrain, option) == value
