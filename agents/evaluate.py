@@ -51,6 +51,7 @@ __all__ = [
     "aggregate",
     "all_baseline_specs",
     "evaluate",
+    "load_suites",
     "make_policy",
     "profiled_throughputs",
     "run_one",
@@ -92,17 +93,23 @@ which every arriving request met both SLOs — a ceiling no policy can pass on t
 # ------------------------------------------------------------------------------------------------ scenarios
 
 
-def scenario_paths(specs: Iterable[str]) -> list[Path]:
-    """Scenario files from names, paths or ``suite:NAME`` (a list in ``experiments/scenarios/suites.yaml``)."""
+def load_suites() -> dict[str, list[str]]:
+    """The scenario suites of ``experiments/scenarios/suites.yaml`` (suite name → scenario names)."""
     import yaml
 
+    suites: dict[str, list[str]] = yaml.safe_load(SUITES_FILE.read_text(encoding="utf-8")) or {}
+    return suites
+
+
+def scenario_paths(specs: Iterable[str]) -> list[Path]:
+    """Scenario files from names, paths or ``suite:NAME`` (a list in ``experiments/scenarios/suites.yaml``)."""
     out: list[Path] = []
     for spec in specs:
         spec = spec.strip()
         if not spec:
             continue
         if spec.startswith("suite:"):
-            suites = yaml.safe_load(SUITES_FILE.read_text())
+            suites = load_suites()
             name = spec.removeprefix("suite:")
             if name not in suites:
                 raise ValueError(f"unknown suite {name!r} (known: {', '.join(sorted(suites))})")

@@ -152,12 +152,10 @@ def _summary(ranked: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
 
 def _learned_summary(ranked: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
     """Per learned policy and scenario: its goodput against the best baseline, the grid optimum and the ceiling."""
-    import yaml
-
-    from agents.evaluate import SUITES_FILE
+    from agents.evaluate import load_suites
     from agents.plots import label
 
-    suites = yaml.safe_load(SUITES_FILE.read_text(encoding="utf-8")) or {}
+    suites = load_suites()
     kind = {name: k for k in ("static", "dynamic") for name in suites.get(k) or []}
     lines = [
         "| policy | scenario | kind | w. goodput (± 95 % CI) | best baseline | × best baseline | grid optimum "
