@@ -28,15 +28,17 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
     create_model,
-    field_validator,
     model_validator,
 )
+
+from policies.features import ObservationLayout, PoolActions
 
 __all__ = [
     "ExperimentConfig",
@@ -67,6 +69,12 @@ class LayoutConfig(_Strict):
 
     max_groups: Annotated[int, Field(ge=1, le=8)] = 2
     max_tenants: Annotated[int, Field(ge=1, le=16)] = 4
+    pool_actions: PoolActions = "delta"
+    """``delta`` (±1 instance per pool and interval) or ``target`` (the count each pool should reach)."""
+
+    def to_layout(self) -> ObservationLayout:
+        """The :class:`~policies.features.ObservationLayout` these slots describe."""
+        return ObservationLayout(self.max_groups, self.max_tenants, self.pool_actions)
 
 
 class Hyperparameters(_Strict):
@@ -84,6 +92,12 @@ class Hyperparameters(_Strict):
     max_grad_norm: Annotated[float, Field(gt=0)] = 0.5
     net_arch: list[Annotated[int, Field(ge=1)]] = [64, 64]
     activation: Literal["tanh", "relu"] = "tanh"
+
+
+def _distinct(seeds: list[int]) -> list[int]:
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"repeated seeds in {seeds}")
+    return seeds
 
 
 class PretrainConfig(_Strict):
@@ -106,15 +120,23 @@ class PretrainConfig(_Strict):
     """Imitation weight of demonstrations that move a pool (rare but decisive) against those that hold (1)."""
     prefer_best_alone: bool = False
     """Lookahead expert: ties go to the candidate best on its own over the episode before the previous choice."""
+    best_alone_scope: Literal["episode", "scenario"] = "episode"
+    """With ``prefer_best_alone``: the best candidate on the episode's own seed, or the best on average over the
+    scenario's training seeds (one preference per scenario, so the same situations get the same labels)."""
+    switch_margin_frac: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """Lookahead expert: leave the preferred candidate (the best alone with ``prefer_best_alone``, else the current
+    one) only for a horizon return higher by more than this fraction; 0 = any gain."""
     dagger_iterations: Annotated[int, Field(ge=0, le=10)] = 0
     """Lookahead expert: rounds in which the student drives and the expert labels the states it visits (DAgger)."""
 
     @model_validator(mode="after")
     def _expert_options(self) -> PretrainConfig:
         if self.expert != "lookahead":
-            for name in ("dagger_iterations", "prefer_best_alone"):
+            for name in ("dagger_iterations", "prefer_best_alone", "switch_margin_frac"):
                 if getattr(self, name):
                     raise ValueError(f"{name} needs expert: lookahead (the best-teacher warm start has no expert)")
+        if self.best_alone_scope != "episode" and not self.prefer_best_alone:
+            raise ValueError("best_alone_scope needs prefer_best_alone: true")
         return self
 
 
@@ -147,7 +169,9 @@ def _as_scenario_sets(value: Any) -> Any:
 class SweepConfig(_Strict):
     """A seed × training-scenario-set × hyperparameter grid over the experiment (run by :mod:`agents.sweep`)."""
 
-    seeds: list[Annotated[int, Field(ge=0, lt=TRAIN_SEED_LIMIT)]] = Field(default_factory=list)
+    seeds: Annotated[list[Annotated[int, Field(ge=0, lt=TRAIN_SEED_LIMIT)]], AfterValidator(_distinct)] = Field(
+        default_factory=list
+    )
     """Training seeds, one trial each (empty: the experiment's ``seed``)."""
     scenarios: Annotated[
         list[Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]],
@@ -166,13 +190,6 @@ class SweepConfig(_Strict):
     ``n_envs`` env processes under each would oversubscribe the CPUs the sweep accounts for."""
     evaluate_baselines: bool = True
     """Evaluate the experiment's baselines once (on the held-out scenarios and seeds) for the summary table."""
-
-    @field_validator("seeds")
-    @classmethod
-    def _no_repeats(cls, seeds: list[int]) -> list[int]:
-        if len(set(seeds)) != len(seeds):
-            raise ValueError(f"repeated seeds in {seeds}")
-        return seeds
 
 
 class ExperimentConfig(_Strict):
@@ -196,6 +213,11 @@ class ExperimentConfig(_Strict):
     pretrain: PretrainConfig | None = None
     eval_every_steps: Annotated[int, Field(ge=0)] = 0
     """Evaluate (and checkpoint) every so many steps; 0 = only at the end."""
+    validation_seeds: Annotated[
+        list[Annotated[int, Field(ge=0, lt=TRAIN_SEED_LIMIT)]], Field(min_length=1), AfterValidator(_distinct)
+    ] = [900]
+    """Seeds the checkpoints are compared on (mean over the held-out scenarios and these seeds): kept apart from
+    the evaluation seeds, so choosing a checkpoint never looks at the numbers it is judged by."""
     early_stop_patience: Annotated[int, Field(ge=0)] = 0
     """Stop after this many periodic evaluations without improvement; 0 = never."""
     promotion_margin_frac: Annotated[float, Field(ge=0)] = 0.02
@@ -203,6 +225,13 @@ class ExperimentConfig(_Strict):
     """Register the exported policy under this name (alias ``challenger``) when the run ends."""
     sweep: SweepConfig | None = None
     """The grid ``pdctl train --sweep`` runs (:mod:`agents.sweep`); a plain ``pdctl train`` ignores it."""
+
+    @model_validator(mode="after")
+    def _validation_apart_from_demonstrations(self) -> ExperimentConfig:
+        shared = sorted(set(self.validation_seeds) & set(self.pretrain.seeds if self.pretrain else ()))
+        if shared:
+            raise ValueError(f"validation_seeds {shared} are also pretrain.seeds (validation must be unseen)")
+        return self
 
     @model_validator(mode="after")
     def _batch_fits(self) -> ExperimentConfig:

@@ -83,6 +83,7 @@ def export_policy(
         codec_hash=ActionCodec(layout).codec_hash(),
         max_groups=layout.max_groups,
         max_tenants=layout.max_tenants,
+        pool_actions=layout.pool_actions,
         activation=activation,  # type: ignore[arg-type]
         num_hidden_layers=len(hidden),
         obs_normalisation=norm,

@@ -12,13 +12,19 @@ A stronger teacher is the *lookahead expert* (``pretrain.expert: lookahead``): a
 the candidate policies. At every control interval it snapshots the simulator (a pickle round trip: the env, its
 RNG streams and the candidates' state), follows each candidate closed-loop for ``horizon_intervals`` intervals in
 its own copy, and acts as the candidate with the highest summed reward (ties keep the previous choice, so it does
-not churn for nothing; with ``prefer_best_alone`` they go first to the candidate best on its own over the episode,
-so that states the horizon cannot tell apart get one consistent label). Candidates are the teachers plus the best
-few static configurations of the grid search on the training seeds. It is a *privileged* expert: its copies see
-the episode's future arrivals. The student only sees observations, so it learns what the expert's choices
-correlate with in the live metrics (policy switching by rollout; a rollout over base policies is at least as good
-as the best of them when the horizon covers their effects). Expert episodes run in parallel processes, one per
-(scenario, seed).
+not churn for nothing). With ``prefer_best_alone`` ties go first to the candidate best on its own over the episode
+(``best_alone_scope: episode``) or over all training seeds of the scenario (``scenario``), so that states the
+horizon cannot tell apart get one consistent label; ``switch_margin_frac`` widens a tie to returns within that
+fraction of the best, so the expert leaves its preferred candidate only for a clear gain over the horizon (a pool
+move that pays off after minutes looks like a loss over two). Candidates are the teachers plus the best few static
+configurations of the grid search on the training seeds. It is a *privileged* expert: its copies see the episode's
+future arrivals. The student only sees observations, so it learns what the expert's choices correlate with in the
+live metrics (policy switching by rollout; a rollout over base policies is at least as good as the best of them
+when the horizon covers their effects). Expert episodes run in parallel processes, one per (scenario, seed).
+
+Pool *targets* (``layout.pool_actions: target``, :mod:`policies.action_codec`) suit imitation better than deltas:
+a target labels every interval of a regime with the split it should be at, where a delta labels only the two or
+three intervals that make the move.
 
 Imitation alone drifts: the student makes a small mistake, reaches states the expert never visited, and has no
 label there (in batch-summarization-8 the expert moves an instance from prefill to decode in two or three of
@@ -50,6 +56,8 @@ __all__ = [
     "ExpertEpisode",
     "LookaheadTask",
     "behaviour_clone",
+    "candidate_scores",
+    "candidate_scores_many",
     "choose_teachers",
     "collect_demonstrations",
     "collect_lookahead_demonstrations",
@@ -64,9 +72,34 @@ class Demonstrations:
     observations: np.ndarray
     masks: np.ndarray
     actions: np.ndarray
+    pool_moves: np.ndarray
+    """Per demonstration: whether the action changes a pool (what ``pool_move_weight`` weighs)."""
 
     def __len__(self) -> int:
         return int(self.observations.shape[0])
+
+    @classmethod
+    def from_steps(cls, steps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, bool]]) -> Demonstrations:
+        """Stack (observation, mask, action, moves pools) tuples."""
+        if not steps:
+            raise ValueError("no demonstrations were recorded")
+        observations, masks, actions, moves = zip(*steps, strict=True)
+        return cls(
+            np.asarray(observations, np.float32),
+            np.asarray(masks, bool),
+            np.asarray(actions, np.int64),
+            np.asarray(moves, bool),
+        )
+
+    @classmethod
+    def concatenate(cls, parts: Sequence[Demonstrations]) -> Demonstrations:
+        """All demonstrations of ``parts``, in order."""
+        return cls(
+            np.concatenate([p.observations for p in parts]),
+            np.concatenate([p.masks for p in parts]),
+            np.concatenate([p.actions for p in parts]),
+            np.concatenate([p.pool_moves for p in parts]),
+        )
 
 
 def choose_teachers(scenarios: Sequence[Path], candidates: Sequence[str], seed: int) -> dict[Path, str]:
@@ -85,26 +118,17 @@ def collect_demonstrations(
     teachers: dict[Path, str], layout: ObservationLayout, seeds: Sequence[int]
 ) -> Demonstrations:
     """Roll each scenario's teacher out on ``seeds``, recording (observation, mask, encoded decision)."""
-    observations: list[np.ndarray] = []
-    masks: list[np.ndarray] = []
-    actions: list[np.ndarray] = []
+    steps: list[tuple[np.ndarray, np.ndarray, np.ndarray, bool]] = []
     for path, spec in teachers.items():
         for seed in seeds:
             env = PDClusterEnv(path, layout=layout)
             env.reset(seed=seed)
             teacher = make_policy(spec, env.scenario)
             while env.sim.now_s < env.scenario.duration_s - 1e-9:
-                context = env.policy_context()
-                decision = teacher.decide(env.observation(), context)
-                observations.append(env.observation().to_vector(layout))
-                masks.append(env.action_masks())
-                encoded = env.codec.encode(
-                    decision, env.tenants, env.groups, context.current_pools, context.current_thresholds
-                )
-                actions.append(_respect_masks(encoded, masks[-1], env.codec.nvec))
+                steps.append(_labelled(env, teacher))
                 # step with what the learned policy would do, so states match what it will see
-                env.step(actions[-1])
-    return Demonstrations(np.asarray(observations, np.float32), np.asarray(masks, bool), np.asarray(actions, np.int64))
+                env.step(steps[-1][2])
+    return Demonstrations.from_steps(steps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +151,13 @@ class LookaheadTask:
     prefer_best_alone: bool = False
     """Ties go first to the candidate best on its own over the episode (needs ``score_candidates``), then to the
     previous choice; ``False``: to the previous choice only."""
+    switch_margin_frac: float = 0.0
+    """A candidate within this fraction of the best horizon return counts as tied with it (0: exact ties only)."""
+    alone_scores: Mapping[str, float] | None = None
+    """Each candidate's goodput alone on this episode, when already known (:func:`candidate_scores`); skips
+    ``score_candidates``' runs."""
+    preferred: str | None = None
+    """The candidate ties go to first (overrides the episode's best alone), e.g. the best over all training seeds."""
 
 
 @dataclass(slots=True)
@@ -159,7 +190,15 @@ def _encoded(env: PDClusterEnv, policy: Policy) -> np.ndarray:
     context = env.policy_context()
     decision = policy.decide(env.observation(), context)
     encoded = env.codec.encode(decision, env.tenants, env.groups, context.current_pools, context.current_thresholds)
-    return _respect_masks(encoded, env.action_masks(), env.codec.nvec)
+    noop = env.codec.noop(env.tenants, context.current_thresholds, env.groups, context.current_pools)
+    return _respect_masks(encoded, env.action_masks(), env.codec.nvec, noop)
+
+
+def _labelled(env: PDClusterEnv, policy: Policy) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """(observation, mask, encoded decision of ``policy``, whether it moves a pool) at the current interval."""
+    action = _encoded(env, policy)
+    moves = env.codec.moves_pools(action, env.groups, env.current_pools())
+    return env.observation().to_vector(env.layout), env.action_masks(), action, moves
 
 
 def _running(env: PDClusterEnv) -> bool:
@@ -186,17 +225,38 @@ def _scores_alone(task: LookaheadTask, names: Sequence[str]) -> dict[str, float]
     return alone
 
 
+def candidate_scores(task: LookaheadTask) -> dict[str, float]:
+    """Each candidate's weighted goodput when it alone acts for the whole episode of ``task``."""
+    env = PDClusterEnv(task.scenario_path, layout=task.layout)
+    return _scores_alone(task, _candidates(task, env)[0])
+
+
+def candidate_scores_many(tasks: Sequence[LookaheadTask], workers: int = 2) -> list[dict[str, float]]:
+    """:func:`candidate_scores` for every task (in ``workers`` processes), in order."""
+    if workers > 1 and len(tasks) > 1:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+            return list(pool.map(candidate_scores, tasks))
+    return [candidate_scores(task) for task in tasks]
+
+
 def lookahead_episode(task: LookaheadTask) -> ExpertEpisode:
     """Run the lookahead expert through one episode, recording (observation, mask, expert action)."""
     env = PDClusterEnv(task.scenario_path, layout=task.layout)
     env.reset(seed=task.seed)
     names, policies = _candidates(task, env)
     driver = make_policy(task.driver, env.scenario) if task.driver else None
-    observations: list[np.ndarray] = []
-    masks: list[np.ndarray] = []
-    actions: list[np.ndarray] = []
-    alone = _scores_alone(task, names) if task.score_candidates else {}
-    default = int(np.argmax([alone[name] for name in names])) if alone and task.prefer_best_alone else None
+    steps: list[tuple[np.ndarray, np.ndarray, np.ndarray, bool]] = []
+    if task.alone_scores is not None:
+        alone = dict(task.alone_scores)
+    else:
+        alone = _scores_alone(task, names) if task.score_candidates else {}
+    default: int | None = None
+    if task.preferred is not None:
+        if task.preferred not in names:
+            raise ValueError(f"preferred candidate {task.preferred!r} is not one of {names}")
+        default = names.index(task.preferred)
+    elif alone and task.prefer_best_alone:
+        default = int(np.argmax([alone[name] for name in names]))
     chosen = default or 0
     counts: dict[str, int] = {}
     while _running(env):
@@ -210,21 +270,19 @@ def lookahead_episode(task: LookaheadTask) -> ExpertEpisode:
                     break
                 total += float(copy_env.step(_encoded(copy_env, copy_policies[i]))[1])
             returns[i] = total
-        top = returns.max() - 1e-9
+        top = returns.max() - 1e-9 - task.switch_margin_frac * abs(returns.max())
         if default is not None and returns[default] >= top:
             chosen = default
         elif returns[chosen] < top:
             chosen = int(np.argmax(returns))
         counts[names[chosen]] = counts.get(names[chosen], 0) + 1
-        observations.append(env.observation().to_vector(task.layout))
-        masks.append(env.action_masks())
-        actions.append(_encoded(env, policies[chosen]))
+        steps.append(_labelled(env, policies[chosen]))
         # every candidate sees every interval (stateful rules keep their own history current)
         for i, policy in enumerate(policies):
             if i != chosen:
                 policy.decide(env.observation(), env.policy_context())
-        env.step(actions[-1] if driver is None else _encoded(env, driver))
-    demos = Demonstrations(np.asarray(observations, np.float32), np.asarray(masks, bool), np.asarray(actions, np.int64))
+        env.step(steps[-1][2] if driver is None else _encoded(env, driver))
+    demos = Demonstrations.from_steps(steps)
     expert = _weighted_goodput_rps(env)
     return ExpertEpisode(Path(task.scenario_path).stem, task.seed, demos, expert, alone, counts)
 
@@ -238,22 +296,17 @@ def collect_lookahead_demonstrations(
             episodes = list(pool.map(lookahead_episode, tasks))
     else:
         episodes = [lookahead_episode(task) for task in tasks]
-    demos = Demonstrations(
-        np.concatenate([e.demonstrations.observations for e in episodes]),
-        np.concatenate([e.demonstrations.masks for e in episodes]),
-        np.concatenate([e.demonstrations.actions for e in episodes]),
-    )
-    return demos, episodes
+    return Demonstrations.concatenate([e.demonstrations for e in episodes]), episodes
 
 
-def _respect_masks(action: np.ndarray, mask: np.ndarray, nvec: np.ndarray) -> np.ndarray:
-    """Replace a masked value: pool deltas by "no change" when allowed, anything else by the first allowed."""
+def _respect_masks(action: np.ndarray, mask: np.ndarray, nvec: np.ndarray, noop: np.ndarray) -> np.ndarray:
+    """Replace a masked value by the no-change action's value when allowed, else by the first allowed value."""
     out = action.copy()
     start = 0
     for i, size in enumerate(int(n) for n in nvec):
         allowed = mask[start : start + size]
         if not allowed[out[i]]:
-            out[i] = 1 if size == 3 and allowed[1] else int(np.flatnonzero(allowed)[0])
+            out[i] = int(noop[i]) if allowed[noop[i]] else int(np.flatnonzero(allowed)[0])
         start += size
     return out
 
@@ -268,14 +321,12 @@ def behaviour_clone(
     learning_rate: float = 1e-3,
     seed: int = 0,
     pool_move_weight: float = 1.0,
-    pool_dims: int = 0,
 ) -> list[float]:
     """Fit ``model``'s actor to the demonstrations (masked negative log-likelihood); returns the loss per epoch.
 
     ``normalise`` maps raw observation vectors to what the network sees (``VecNormalize.normalize_obs``).
     ``pool_move_weight`` weighs demonstrations that move a pool (rare: a few per episode, but they decide the
-    split for the rest of it) against those that hold the pools (weight 1); ``pool_dims`` is the number of leading
-    pool-delta dimensions of the action (``2 × max_groups``; index 1 = no change).
+    split for the rest of it) against those that hold the pools (weight 1; ``demos.pool_moves`` tells them apart).
     """
     policy = model.policy  # type: ignore[attr-defined]
     optimiser = torch.optim.Adam(policy.parameters(), lr=learning_rate)
@@ -284,8 +335,8 @@ def behaviour_clone(
     masks = demos.masks
     generator = np.random.default_rng(seed)
     weights = torch.ones(len(demos), dtype=torch.float32)
-    if pool_move_weight != 1.0 and pool_dims > 0:
-        weights[torch.as_tensor(np.any(demos.actions[:, :pool_dims] != 1, axis=1))] = pool_move_weight
+    if pool_move_weight != 1.0:
+        weights[torch.as_tensor(demos.pool_moves)] = pool_move_weight
     losses: list[float] = []
     policy.set_training_mode(True)
     for _ in range(epochs):

@@ -418,7 +418,6 @@ def run_sweep(
 
     from agents.registry import default_tracking_uri, ensure_experiment
     from agents.tracking import provenance_tags
-    from policies.features import ObservationLayout
 
     assert config.sweep is not None
     sweep = config.sweep
@@ -433,7 +432,7 @@ def run_sweep(
     client = MlflowClient(tracking_uri=uri)
     experiment_id = ensure_experiment(client, f"pdctl-train-{config.name}")
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    layout = ObservationLayout(config.layout.max_groups, config.layout.max_tenants)
+    layout = config.layout.to_layout()
     parent = client.create_run(
         experiment_id,
         run_name=f"{config.name}__sweep__{stamp}",

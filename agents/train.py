@@ -47,9 +47,6 @@ from agents.tracking import MlflowWriter, provenance_tags, run_name
 from env.gym_env import PDClusterEnv
 from policies.features import ObservationLayout
 
-VALIDATION_SEED = 900
-"""Checkpoints are compared on this seed: neither a training reset seed nor an evaluation seed (≥ 1000)."""
-
 __all__ = ["EvalCheckpointCallback", "ScenarioMix", "TrainResult", "evaluate_policies", "make_vec_env", "train"]
 
 
@@ -89,7 +86,7 @@ def _env_factory(scenarios: Sequence[str], layout: ObservationLayout, rank: int,
 
 def make_vec_env(config: ExperimentConfig) -> VecNormalize:
     """The training envs (subprocesses unless ``vec_env: dummy``) under observation/reward normalisation."""
-    layout = ObservationLayout(config.layout.max_groups, config.layout.max_tenants)
+    layout = config.layout.to_layout()
     scenarios = [str(p) for p in scenario_paths(config.scenarios)]
     factories = [_env_factory(scenarios, layout, rank, config.seed) for rank in range(config.n_envs)]
     venv: VecEnv
@@ -127,7 +124,7 @@ def evaluate_policies(
 
 
 def _export(model: MaskablePPO, venv: VecNormalize, out: Path, config: ExperimentConfig, run_id: str | None) -> Path:
-    layout = ObservationLayout(config.layout.max_groups, config.layout.max_tenants)
+    layout = config.layout.to_layout()
     tenants = [t.name for t in venv.get_attr("tenants", [0])[0]]
     groups = [g.name for g in venv.get_attr("groups", [0])[0]]
     commit = provenance_tags(layout).get("pdctl.git_commit")
@@ -177,7 +174,6 @@ def _warm_start(
             learning_rate=pretrain.learning_rate,
             seed=config.seed + round_index,
             pool_move_weight=pretrain.pool_move_weight,
-            pool_dims=2 * layout.max_groups,
         )
         name = "pretrain/nll" if round_index == 0 else f"pretrain/nll_round{round_index}"
         for epoch, loss in enumerate(losses):
@@ -188,11 +184,7 @@ def _warm_start(
         student = _export(model, venv, out / f"dagger-{round_index}", config, None)
         extra = _lookahead_demonstrations(config, layout, out, round_index=round_index + 1, driver=f"learned:{student}")
         fresh = extra.observations
-        demos = Demonstrations(
-            np.concatenate([demos.observations, extra.observations]),
-            np.concatenate([demos.masks, extra.masks]),
-            np.concatenate([demos.actions, extra.actions]),
-        )
+        demos = Demonstrations.concatenate([demos, extra])
 
 
 def _lookahead_demonstrations(
@@ -206,6 +198,7 @@ def _lookahead_demonstrations(
 
     assert config.pretrain is not None
     pretrain = config.pretrain
+    workers = pretrain.workers or os.cpu_count() or 1
     tasks = []
     for path in scenario_paths(config.scenarios):
         points: list[dict[str, Any]] = []
@@ -223,10 +216,13 @@ def _lookahead_demonstrations(
                 score_candidates=driver is None or pretrain.prefer_best_alone,
                 driver=driver,
                 prefer_best_alone=pretrain.prefer_best_alone,
+                switch_margin_frac=pretrain.switch_margin_frac,
             )
             for seed in pretrain.seeds
         )
-    demos, episodes = collect_lookahead_demonstrations(tasks, workers=pretrain.workers or os.cpu_count() or 1)
+    if pretrain.prefer_best_alone:
+        tasks = _with_candidate_scores(tasks, out, workers, by_scenario=pretrain.best_alone_scope == "scenario")
+    demos, episodes = collect_lookahead_demonstrations(tasks, workers=workers)
     if driver is not None:  # a DAgger round: the episode's goodput is the student's own
         scores = [e.expert_weighted_goodput_rps for e in episodes]
         mlflow.log_metric("pretrain/student_weighted_goodput_rps", float(np.mean(scores)), step=round_index)
@@ -261,8 +257,37 @@ def _lookahead_demonstrations(
     return demos
 
 
+def _with_candidate_scores(tasks: list[Any], out: Path, workers: int, *, by_scenario: bool) -> list[Any]:
+    """Score every candidate alone once per (scenario, seed), cached in ``out`` for the DAgger rounds.
+
+    With ``by_scenario``, each task prefers the candidate best on average over its scenario's seeds.
+    """
+    from dataclasses import replace
+
+    from agents.pretrain import candidate_scores_many
+
+    cache_path = out / "pretrain_candidate_scores.json"
+    cache: dict[str, dict[str, float]] = json.loads(cache_path.read_text()) if cache_path.exists() else {}
+    keys = [f"{task.scenario_path}#{task.seed}" for task in tasks]
+    missing = [task for task, key in zip(tasks, keys, strict=True) if key not in cache]
+    for task, scores in zip(missing, candidate_scores_many(missing, workers), strict=True):
+        cache[f"{task.scenario_path}#{task.seed}"] = scores
+    out.mkdir(parents=True, exist_ok=True)
+    cache_path.write_text(json.dumps(cache, indent=1) + "\n")
+    preferred: dict[str, str] = {}
+    if by_scenario:
+        for path in {task.scenario_path for task in tasks}:
+            per_seed = [cache[key] for task, key in zip(tasks, keys, strict=True) if task.scenario_path == path]
+            means = {name: float(np.mean([scores[name] for scores in per_seed])) for name in per_seed[0]}
+            preferred[path] = max(means, key=means.__getitem__)
+    return [
+        replace(task, alone_scores=cache[key], preferred=preferred.get(task.scenario_path))
+        for task, key in zip(tasks, keys, strict=True)
+    ]
+
+
 class EvalCheckpointCallback(BaseCallback):
-    """Every ``every_steps``: export a checkpoint, score it on the validation seed, keep the best, stop on a plateau."""
+    """Every ``every_steps``: export a checkpoint, score it on the validation seeds, keep the best, stop at plateaus."""
 
     def __init__(
         self,
@@ -284,9 +309,9 @@ class EvalCheckpointCallback(BaseCallback):
         self._next = config.eval_every_steps
 
     def evaluate_now(self) -> float:
-        """Export the current policy, score it on :data:`VALIDATION_SEED`, keep it if it is the best so far."""
+        """Export the current policy, score it on the validation seeds, keep it if it is the best so far."""
         path = _export(self.model, self.venv, self.out_dir / f"step-{self.num_timesteps}", self.config, self.run_id)
-        goodput = evaluate_policies([f"learned:{path}"], self.scenarios, [VALIDATION_SEED])
+        goodput = evaluate_policies([f"learned:{path}"], self.scenarios, self.config.validation_seeds)
         value = next(iter(goodput.values()))["mean"]
         self.logger.record("eval/weighted_goodput_rps", value)
         if value > self.best_goodput:
@@ -373,7 +398,7 @@ def train(
     torch.set_num_threads(1)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    layout = ObservationLayout(config.layout.max_groups, config.layout.max_tenants)
+    layout = config.layout.to_layout()
     held_out = scenario_paths(config.held_out_scenarios)
 
     uri = default_tracking_uri(tracking_uri)
@@ -442,7 +467,7 @@ def train(
         artifact = out / "policy"
         chosen = final
         if eval_cb.best_path is not None:
-            final_value = evaluate_policies([f"learned:{final}"], held_out, [VALIDATION_SEED])[f"learned:{final}"]
+            final_value = evaluate_policies([f"learned:{final}"], held_out, config.validation_seeds)[f"learned:{final}"]
             if eval_cb.best_goodput > final_value["mean"]:
                 chosen = eval_cb.best_path
         if artifact.exists():

@@ -85,7 +85,9 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
     ``MultiDiscrete`` from :class:`policies.action_codec.ActionCodec` over a fixed slot layout
     (``layout.max_groups`` tenant-group slots, then ``layout.max_tenants`` tenant slots; by default 2 and 4:
     28 dimensions). Per group slot: ``prefill_delta`` and ``decode_delta`` (index 0, 1, 2 = −1, 0, +1 instance; an
-    increase at a full budget takes the instance from the other pool). Per tenant slot: levels of
+    increase at a full budget takes the instance from the other pool), or with ``layout.pool_actions == "target"``
+    ``prefill_target`` and ``decode_target`` (0 … 16 instances; the pools move one instance per interval towards
+    them, with the same shift rule). Per tenant slot: levels of
     ``min_remote_input_tokens`` (256, 512, 1024, 2048, 4096, 8192, 16384, never), ``max_prefill_queue_wait_s``
     (0.1, 0.3, 1, 3), ``min_expected_output_tokens`` (0, 32, 128, 512), ``require_decode_pool_pressure`` and
     ``prefer_local_on_prefix_hit`` (0/1), and the per-request rule (0 = pdctl's, 1 = legacy Dynamo's queue-aware
@@ -160,6 +162,8 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
     * v0: first version (observation features v1, action codec v1, reward terms goodput/gpu_cost/churn/failures).
     * v1: action codec v3 — the "never" remote level closes the gap (all local), and a per-tenant rule flag
       (pdctl / legacy Dynamo); the router's live state carries the peer rules' inputs.
+    * v2: optional action codec v4 (``ObservationLayout(pool_actions="target")``): pool targets instead of deltas;
+      the default layout keeps v3, so v1 artifacts and experiments are unchanged.
     """
 
     metadata = {"render_modes": []}  # noqa: RUF012 - the gymnasium attribute, never mutated

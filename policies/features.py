@@ -16,6 +16,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from gymnasium import spaces
@@ -38,12 +39,16 @@ __all__ = [
     "Observation",
     "ObservationContext",
     "ObservationLayout",
+    "PoolActions",
     "build_observation",
     "feature_table_hash",
     "feature_table_markdown",
 ]
 
 FEATURES_VERSION = 1
+
+PoolActions = Literal["delta", "target"]
+"""How a learned policy's pool dimensions are encoded (see :class:`ObservationLayout`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +124,20 @@ def feature_table_markdown() -> str:
 
 @dataclass(frozen=True, slots=True)
 class ObservationLayout:
-    """How many tenant-group and tenant slots the vector has (fixed per trained policy)."""
+    """How many tenant-group and tenant slots the vectors have, and how pool actions are encoded (fixed per policy).
+
+    ``pool_actions`` is read by :class:`~policies.action_codec.ActionCodec` only: ``"delta"`` (±1 instance per
+    pool) or ``"target"`` (the instance count each pool should reach, one step per interval); the observation is
+    the same for both.
+    """
 
     max_groups: int = 2
     max_tenants: int = 4
+    pool_actions: PoolActions = "delta"
+
+    def __post_init__(self) -> None:
+        if self.pool_actions not in ("delta", "target"):
+            raise ValueError(f"pool_actions: {self.pool_actions!r} is not 'delta' or 'target'")
 
     @property
     def size(self) -> int:

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from policies.action_codec import ActionCodec
 from policies.base import PolicyContext
-from policies.features import Observation, ObservationLayout, feature_table_hash
+from policies.features import Observation, ObservationLayout, PoolActions, feature_table_hash
 from policies.schema import SCHEMA_VERSION, ControlAction
 
 __all__ = ["MANIFEST_NAME", "WEIGHTS_NAME", "LearnedPolicy", "Manifest", "ObsNormalisation", "PolicyLoadError"]
@@ -62,6 +62,8 @@ class Manifest(BaseModel):
     codec_hash: str
     max_groups: int = Field(ge=1)
     max_tenants: int = Field(ge=1)
+    pool_actions: PoolActions = "delta"
+    """How the pool dimensions are encoded (``"delta"`` in artifacts from before action version 4)."""
     activation: Literal["tanh", "relu"] = "tanh"
     num_hidden_layers: int = Field(ge=0)
     obs_normalisation: ObsNormalisation | None = None
@@ -76,7 +78,9 @@ class Manifest(BaseModel):
     @property
     def layout(self) -> ObservationLayout:
         """The slot layout the network was trained on."""
-        return ObservationLayout(max_groups=self.max_groups, max_tenants=self.max_tenants)
+        return ObservationLayout(
+            max_groups=self.max_groups, max_tenants=self.max_tenants, pool_actions=self.pool_actions
+        )
 
 
 @dataclass(frozen=True)

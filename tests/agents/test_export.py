@@ -60,3 +60,24 @@ def test_unsupported_layers_are_refused(tmp_path: Path) -> None:
     model = MaskablePPO("MlpPolicy", _SpacesOnly(), policy_kwargs={"activation_fn": torch.nn.ELU}, device="cpu")
     with pytest.raises(ValueError, match="ELU"):
         export_policy(model, tmp_path, LAYOUT)
+
+
+def test_pool_target_layout_travels_in_the_manifest(tmp_path: Path) -> None:
+    import json
+
+    layout = ObservationLayout(max_groups=1, max_tenants=2, pool_actions="target")
+    codec = ActionCodec(layout)
+    env = _SpacesOnly()
+    env.action_space = codec.action_space()
+    model = MaskablePPO("MlpPolicy", env, policy_kwargs={"net_arch": [16]}, seed=0, device="cpu")
+    export_policy(model, tmp_path, layout)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["pool_actions"] == "target"
+    learned = LearnedPolicy.load(tmp_path)
+    assert learned.codec.targets
+    assert learned.codec.nvec.tolist() == codec.nvec.tolist()
+    # the same weights with the manifest claiming deltas no longer fit the codec: refused with the field named
+    manifest["pool_actions"] = "delta"
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="codec_hash"):
+        LearnedPolicy.load(tmp_path)

@@ -99,14 +99,16 @@ def test_pool_move_weight_makes_rare_pool_moves_win_over_frequent_holds() -> Non
     actions = np.repeat(action[None, :], 10, axis=0)
     actions[:, 0] = 1
     actions[0, 0] = move  # one demonstration moves the pool, nine hold it, in the same state
-    conflicting = Demonstrations(np.repeat(obs[None, :], 10, axis=0), np.repeat(mask[None, :], 10, axis=0), actions)
+    moves = np.zeros(10, dtype=bool)
+    moves[0] = True
+    conflicting = Demonstrations(
+        np.repeat(obs[None, :], 10, axis=0), np.repeat(mask[None, :], 10, axis=0), actions, moves
+    )
 
     def first_dim(weight: float) -> int:
         venv = DummyVecEnv([lambda: PDClusterEnv(path, layout=LAYOUT)])
         model = MaskablePPO("MlpPolicy", venv, seed=0, device="cpu", policy_kwargs={"net_arch": [32]})
-        behaviour_clone(
-            model, conflicting, lambda x: x, epochs=200, batch_size=10, seed=0, pool_move_weight=weight, pool_dims=4
-        )
+        behaviour_clone(model, conflicting, lambda x: x, epochs=200, batch_size=10, seed=0, pool_move_weight=weight)
         predicted, _ = model.predict(obs, deterministic=True, action_masks=mask)
         return int(np.asarray(predicted)[0])
 
@@ -132,9 +134,40 @@ def test_ties_going_to_the_best_candidate_alone_rescue_a_myopic_expert() -> None
     assert preferring.expert_weighted_goodput_rps > sticky.expert_weighted_goodput_rps
 
 
+def test_a_switch_margin_keeps_the_best_candidate_alone_through_short_term_dips() -> None:
+    """batch-summarization-8: 1P3D is best over the episode, but holding 2P2D looks as good for a few minutes."""
+    from agents.pretrain import LookaheadTask, lookahead_episode
+
+    path = SCENARIO_DIR / "batch-summarization-8.yaml"
+    grid = ({"pools": {"main": [1, 3]}, "route": "remote>=512"},)
+    target = ObservationLayout(LAYOUT.max_groups, LAYOUT.max_tenants, pool_actions="target")
+    exact, margin = (
+        lookahead_episode(
+            LookaheadTask(
+                str(path),
+                0,
+                ("baseline:dynamo-legacy",),
+                grid,
+                target,
+                12,
+                prefer_best_alone=True,
+                switch_margin_frac=frac,
+            )
+        )
+        for frac in (0.0, 0.15)
+    )
+    best_alone = max(exact.candidate_weighted_goodput_rps, key=exact.candidate_weighted_goodput_rps.__getitem__)
+    assert best_alone.startswith("grid:main=1P3D")
+    assert exact.chosen_intervals.get("baseline:dynamo-legacy", 0) > 0
+    assert margin.chosen_intervals == {best_alone: len(margin.demonstrations)}
+    # with pool targets every label names the split: 1 prefill, 3 decode instances
+    assert {tuple(a[:2]) for a in margin.demonstrations.actions.tolist()} == {(1, 3)}
+    assert not set(map(tuple, exact.demonstrations.actions[:, :2].tolist())) <= {(1, 3)}
+
+
 def test_expert_only_options_are_refused_without_the_lookahead_expert(tmp_path: Path) -> None:
     smoke = yaml.safe_load((SCENARIO_DIR.parents[0] / "smoke.yaml").read_text())
-    for option, value in (("dagger_iterations", 1), ("prefer_best_alone", True)):
+    for option, value in (("dagger_iterations", 1), ("prefer_best_alone", True), ("switch_margin_frac", 0.1)):
         smoke["pretrain"] = {"teachers": ["baseline:aggregated"], option: value}
         path = tmp_path / "exp.yaml"
         path.write_text(yaml.safe_dump(smoke))

@@ -102,3 +102,68 @@ def test_encode_inverts_decode(data: st.DataObject) -> None:
     action = CODEC.decode(a, TENANTS, groups, current, {})
     again = CODEC.encode(action, TENANTS, groups, current, action.thresholds)
     assert again.tolist() == a.tolist()
+
+
+TARGETS = ActionCodec(ObservationLayout(max_groups=2, max_tenants=3, pool_actions="target"))
+
+
+def test_target_encoding_has_its_own_hash_and_delta_hashes_are_unchanged() -> None:
+    assert TARGETS.version == 4
+    assert CODEC.version == 3
+    assert TARGETS.codec_hash() != CODEC.codec_hash()
+    # artifacts trained before pool targets existed keep loading: the delta hash is what it always was
+    assert ActionCodec(ObservationLayout(2, 4)).codec_hash() == "601dc8c629a95449"
+
+
+def test_unknown_pool_encoding_is_refused() -> None:
+    with pytest.raises(ValueError, match="pool_actions"):
+        ObservationLayout(2, 4, pool_actions="absolute")  # type: ignore[arg-type]
+
+
+def test_target_noop_holds_the_current_counts() -> None:
+    groups = (TenantGroup("g", ("chat", "rag"), gpu_budget=8),)
+    current = {"g": PoolTargets(3, 5)}
+    noop = TARGETS.noop(TENANTS, {}, groups, current)
+    assert noop[:4].tolist() == [3, 5, 0, 0]
+    assert not TARGETS.moves_pools(noop, groups, current)
+    assert TARGETS.decode(noop, TENANTS, groups, current, {}).pools["g"] == PoolTargets(3, 5)
+
+
+def test_a_target_moves_one_instance_per_pool_per_interval_and_then_holds() -> None:
+    groups = (TenantGroup("g", ("chat", "rag"), gpu_budget=8),)
+    pools = PoolTargets(3, 1)
+    a = TARGETS.noop(TENANTS, {}, groups, {"g": pools})
+    a[0], a[1] = 1, 3  # 3P1D -> 1P3D at a full budget: shift one instance per interval
+    seen = []
+    for _ in range(3):
+        assert TARGETS.masks(groups, {"g": pools}, 2)[a[0]]
+        pools = TARGETS.decode(a, TENANTS, groups, {"g": pools}, {}).pools["g"]
+        seen.append((pools.num_prefill, pools.num_decode))
+    assert seen == [(2, 2), (1, 3), (1, 3)]
+    assert not TARGETS.moves_pools(a, groups, {"g": pools})
+
+
+def test_target_masks_follow_pool_bounds_and_the_budget() -> None:
+    group = TenantGroup("g", ("chat",), gpu_budget=8, min_prefill=1, min_decode=1, max_prefill=3)
+    size = int(TARGETS.nvec[0])
+    mask = TARGETS.masks((group,), {"g": PoolTargets(1, 7)}, num_tenants=1)
+    prefill, decode = mask[:size], mask[size : 2 * size]
+    # full budget: prefill may grow to its max of 3 (decode can give instances up); decode may shrink to its min
+    # but cannot grow (prefill is at its min, nothing to shift from)
+    assert np.flatnonzero(prefill).tolist() == [1, 2, 3]
+    assert np.flatnonzero(decode).tolist() == [1, 2, 3, 4, 5, 6, 7]
+    unused = mask[2 * size : 4 * size]
+    assert np.flatnonzero(unused).tolist() == [0, size]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_target_encode_inverts_decode_for_reachable_targets(data: st.DataObject) -> None:
+    groups = (TenantGroup("g", ("chat", "rag"), gpu_budget=16),)
+    current = {"g": PoolTargets(4, 4)}
+    a = TARGETS.noop(TENANTS, {}, groups, current)
+    a[0] = data.draw(st.integers(3, 5))  # one step either way (or none): the decoded targets reach it
+    a[1] = data.draw(st.integers(3, 5))
+    action = TARGETS.decode(a, TENANTS, groups, current, {})
+    again = TARGETS.encode(action, TENANTS, groups, current, action.thresholds)
+    assert again.tolist() == a.tolist()
