@@ -34,6 +34,10 @@ def test_validation_seeds_default_and_custom(tmp_path: Path) -> None:
             {"validation_seeds": [1, 900], "pretrain": {"teachers": ["baseline:aggregated"], "seeds": [0, 1]}},
             r"validation_seeds \[1\] are also pretrain.seeds",
         ),
+        (
+            {"pretrain": {"teachers": ["baseline:aggregated"], "expert": "lookahead", "best_alone_scope": "scenario"}},
+            r"exp.yaml: pretrain: .*best_alone_scope needs prefer_best_alone: true",
+        ),
         ({"layout": {"pool_actions": "absolute"}}, r"layout.pool_actions: Input should be 'delta' or 'target'"),
     ],
 )
