@@ -12,11 +12,10 @@ A ``MultiDiscrete`` vector, slot by slot like the observation (:class:`~policies
 * per tenant slot: absolute levels (indices into the tables below) of ``min_remote_input_tokens``,
   ``max_prefill_queue_wait_s``, ``min_expected_output_tokens``, ``require_decode_pool_pressure`` and
   ``prefer_local_on_prefix_hit``, and the per-request rule (this project's, or legacy Dynamo's queue-aware
-  rule with the remote level as its uncached-token bound; version 4 adds *always remote*, which the levels
-  can only approximate, since a queue-wait bound still spills requests to local prefill).
-  ``max_local_input_tokens`` follows as half the remote threshold (capped by the tenant's base value), so the
-  gap of :mod:`policies.routing` keeps its meaning; the top level ("never remote") closes the gap too, so every
-  request of the tenant is prefilled locally.
+  rule with the remote level as its uncached-token bound). ``max_local_input_tokens`` follows as half the
+  remote threshold (capped by the tenant's base value), so the gap of :mod:`policies.routing` keeps its
+  meaning; the top level ("never remote") closes the gap too, so every request of the tenant is prefilled
+  locally.
 
 :meth:`ActionCodec.encode` is the inverse for pool deltas or targets and the nearest levels for thresholds: it turns a
 :class:`ControlAction` (a baseline's decision, say) into the action a learned policy would have to take.
@@ -57,8 +56,6 @@ QUEUE_WAIT_LEVELS_S: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
 MIN_EXPECTED_OUTPUT_LEVELS_TOKENS: tuple[int, ...] = (0, 32, 128, 512)
 _DELTAS = (-1, 0, 1)
 _GROUP_DIMS = (3, 3)
-_RULES_V3 = (RouteRule.PDCTL, RouteRule.DYNAMO_LEGACY)
-_RULES_V4 = (RouteRule.PDCTL, RouteRule.DYNAMO_LEGACY, RouteRule.ALWAYS_REMOTE)
 _TENANT_DIMS = (
     len(MIN_REMOTE_LEVELS_TOKENS),
     len(QUEUE_WAIT_LEVELS_S),
@@ -93,17 +90,8 @@ class ActionCodec:
     def nvec(self) -> np.ndarray:
         """Sizes of every dimension."""
         group_dims = (MAX_POOL_TARGET + 1,) * 2 if self.targets else _GROUP_DIMS
-        dims = list(group_dims) * self.layout.max_groups + list(self._tenant_dims) * self.layout.max_tenants
+        dims = list(group_dims) * self.layout.max_groups + list(_TENANT_DIMS) * self.layout.max_tenants
         return np.asarray(dims, dtype=np.int64)
-
-    @property
-    def _rules(self) -> tuple[RouteRule, ...]:
-        """The per-request rules the rule dimension indexes."""
-        return _RULES_V4 if self.targets else _RULES_V3
-
-    @property
-    def _tenant_dims(self) -> tuple[int, ...]:
-        return (*_TENANT_DIMS[:-1], len(self._rules))
 
     def action_space(self) -> spaces.MultiDiscrete:
         """The gymnasium space of encoded actions."""
@@ -111,7 +99,7 @@ class ActionCodec:
 
     def codec_hash(self) -> str:
         """Hash of the encoding (levels and layout), stored in learned-policy manifests."""
-        payload: list[object] = [
+        payload = [
             self.version,
             MIN_REMOTE_LEVELS_TOKENS,
             QUEUE_WAIT_LEVELS_S,
@@ -119,8 +107,6 @@ class ActionCodec:
             self.layout.max_groups,
             self.layout.max_tenants,
         ]
-        if self.targets:
-            payload.append([rule.value for rule in _RULES_V4])
         return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:16]
 
     def noop(
@@ -151,7 +137,8 @@ class ActionCodec:
             action[base : base + len(_TENANT_DIMS)] = self._levels(t)
         return action
 
-    def _levels(self, t: RoutingThresholds) -> list[int]:
+    @staticmethod
+    def _levels(t: RoutingThresholds) -> list[int]:
         legacy = t.rule is RouteRule.DYNAMO_LEGACY
         return [
             _nearest(MIN_REMOTE_LEVELS_TOKENS, t.max_local_input_tokens if legacy else t.min_remote_input_tokens),
@@ -159,7 +146,7 @@ class ActionCodec:
             _nearest(MIN_EXPECTED_OUTPUT_LEVELS_TOKENS, t.min_expected_output_tokens),
             int(t.require_decode_pool_pressure),
             int(t.prefer_local_on_prefix_hit),
-            self._rules.index(t.rule) if t.rule in self._rules else 0,
+            int(legacy),
         ]
 
     def decode(
@@ -193,11 +180,10 @@ class ActionCodec:
             base = base_thresholds.get(tenant.name, RoutingThresholds())
             min_remote = MIN_REMOTE_LEVELS_TOKENS[levels[0]]
             never = levels[0] == len(MIN_REMOTE_LEVELS_TOKENS) - 1
-            rule = self._rules[levels[5]]
-            legacy = rule is RouteRule.DYNAMO_LEGACY
+            legacy = bool(levels[5])
             thresholds[tenant.name] = replace(
                 base,
-                rule=rule,
+                rule=RouteRule.DYNAMO_LEGACY if legacy else RouteRule.PDCTL,
                 min_remote_input_tokens=min_remote,
                 max_local_input_tokens=min_remote
                 if never or legacy
@@ -303,7 +289,7 @@ class ActionCodec:
             )
         for slot in range(self.layout.max_tenants):
             used = slot < num_tenants
-            for size in self._tenant_dims:
+            for size in _TENANT_DIMS:
                 out.extend([used or i == 0 for i in range(size)])
         return np.asarray(out, dtype=bool)
 

@@ -167,17 +167,3 @@ def test_target_encode_inverts_decode_for_reachable_targets(data: st.DataObject)
     action = TARGETS.decode(a, TENANTS, groups, current, {})
     again = TARGETS.encode(action, TENANTS, groups, current, action.thresholds)
     assert again.tolist() == a.tolist()
-
-
-def test_always_remote_is_exact_with_targets_and_approximated_with_deltas() -> None:
-    from policies import ControlAction, RouteRule
-
-    groups = (TenantGroup("g", ("chat", "rag"), gpu_budget=8),)
-    current = {"g": PoolTargets(2, 2)}
-    remote = RoutingThresholds(rule=RouteRule.ALWAYS_REMOTE, max_prefill_queue_wait_s=0.3)
-    action = ControlAction(thresholds={"chat": remote}, pools={})
-    for codec, expected in ((TARGETS, RouteRule.ALWAYS_REMOTE), (CODEC, RouteRule.PDCTL)):
-        encoded = codec.encode(action, TENANTS, groups, current, {})
-        decoded = codec.decode(encoded, TENANTS, groups, current, {}).thresholds["chat"]
-        assert decoded.rule is expected
-        assert decoded.min_remote_input_tokens == MIN_REMOTE_LEVELS_TOKENS[0]
