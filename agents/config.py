@@ -69,8 +69,10 @@ class LayoutConfig(_Strict):
 
     max_groups: Annotated[int, Field(ge=1, le=8)] = 2
     max_tenants: Annotated[int, Field(ge=1, le=16)] = 4
-    pool_actions: PoolActions = "delta"
-    """``delta`` (±1 instance per pool and interval) or ``target`` (the count each pool should reach)."""
+    pool_actions: PoolActions = "target"
+    """``target`` (the count each pool should reach; action codec v4) or ``delta`` (±1 instance per pool and
+    interval; v3, what artifacts trained before v4 use). Targets imitate better: every interval is labelled with
+    the split, not only the few that move (``experiments/results/learned/README.md``)."""
 
     def to_layout(self) -> ObservationLayout:
         """The :class:`~policies.features.ObservationLayout` these slots describe."""
