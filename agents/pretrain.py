@@ -35,13 +35,14 @@ state it visits, and the student is refitted on all labels so far.
 
 from __future__ import annotations
 
+import json
 import pickle
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -62,7 +63,10 @@ __all__ = [
     "collect_demonstrations",
     "collect_lookahead_demonstrations",
     "lookahead_episode",
+    "with_candidate_scores",
 ]
+
+_T = TypeVar("_T")
 
 
 @dataclass(slots=True)
@@ -231,12 +235,43 @@ def candidate_scores(task: LookaheadTask) -> dict[str, float]:
     return _scores_alone(task, _candidates(task, env)[0])
 
 
-def candidate_scores_many(tasks: Sequence[LookaheadTask], workers: int = 2) -> list[dict[str, float]]:
-    """:func:`candidate_scores` for every task (in ``workers`` processes), in order."""
+def _map_tasks(fn: Callable[[LookaheadTask], _T], tasks: Sequence[LookaheadTask], workers: int) -> list[_T]:
+    """``fn`` over ``tasks`` in order, in ``workers`` spawned processes when there is more than one of each."""
     if workers > 1 and len(tasks) > 1:
         with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-            return list(pool.map(candidate_scores, tasks))
-    return [candidate_scores(task) for task in tasks]
+            return list(pool.map(fn, tasks))
+    return [fn(task) for task in tasks]
+
+
+def candidate_scores_many(tasks: Sequence[LookaheadTask], workers: int = 2) -> list[dict[str, float]]:
+    """:func:`candidate_scores` for every task (in ``workers`` processes), in order."""
+    return _map_tasks(candidate_scores, tasks, workers)
+
+
+def with_candidate_scores(
+    tasks: Sequence[LookaheadTask], cache_path: Path, workers: int, *, by_scenario: bool
+) -> list[LookaheadTask]:
+    """``tasks`` with each candidate's score alone filled in, computed once per (scenario, seed).
+
+    Scores are cached in ``cache_path`` (JSON), so DAgger rounds reuse them. With ``by_scenario``, every task of
+    a scenario prefers the candidate best on average over that scenario's seeds.
+    """
+    cache: dict[str, dict[str, float]] = json.loads(cache_path.read_text()) if cache_path.exists() else {}
+    keys = [f"{task.scenario_path}#{task.seed}" for task in tasks]
+    missing = {key: task for task, key in zip(tasks, keys, strict=True) if key not in cache}
+    cache.update(zip(missing, candidate_scores_many(list(missing.values()), workers), strict=True))
+    cache_path.parent.mkdir(parents=True, exist_ok=True)
+    cache_path.write_text(json.dumps(cache, indent=1) + "\n")
+    preferred: dict[str, str] = {}
+    if by_scenario:
+        for path in {task.scenario_path for task in tasks}:
+            per_seed = [cache[key] for task, key in zip(tasks, keys, strict=True) if task.scenario_path == path]
+            means = {name: float(np.mean([scores[name] for scores in per_seed])) for name in per_seed[0]}
+            preferred[path] = max(means, key=means.__getitem__)
+    return [
+        replace(task, alone_scores=cache[key], preferred=preferred.get(task.scenario_path))
+        for task, key in zip(tasks, keys, strict=True)
+    ]
 
 
 def lookahead_episode(task: LookaheadTask) -> ExpertEpisode:
@@ -270,7 +305,8 @@ def lookahead_episode(task: LookaheadTask) -> ExpertEpisode:
                     break
                 total += float(copy_env.step(_encoded(copy_env, copy_policies[i]))[1])
             returns[i] = total
-        top = returns.max() - 1e-9 - task.switch_margin_frac * abs(returns.max())
+        best = returns.max()
+        top = best - 1e-9 - task.switch_margin_frac * abs(best)
         if default is not None and returns[default] >= top:
             chosen = default
         elif returns[chosen] < top:
@@ -291,11 +327,7 @@ def collect_lookahead_demonstrations(
     tasks: Sequence[LookaheadTask], workers: int = 2
 ) -> tuple[Demonstrations, list[ExpertEpisode]]:
     """Run :func:`lookahead_episode` for every task (in ``workers`` processes); all demonstrations, and per episode."""
-    if workers > 1 and len(tasks) > 1:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-            episodes = list(pool.map(lookahead_episode, tasks))
-    else:
-        episodes = [lookahead_episode(task) for task in tasks]
+    episodes = _map_tasks(lookahead_episode, tasks, workers)
     return Demonstrations.concatenate([e.demonstrations for e in episodes]), episodes
 
 

@@ -194,7 +194,7 @@ def _lookahead_demonstrations(
     import os
 
     from agents.grid_search import search
-    from agents.pretrain import LookaheadTask, collect_lookahead_demonstrations
+    from agents.pretrain import LookaheadTask, collect_lookahead_demonstrations, with_candidate_scores
 
     assert config.pretrain is not None
     pretrain = config.pretrain
@@ -221,7 +221,8 @@ def _lookahead_demonstrations(
             for seed in pretrain.seeds
         )
     if pretrain.prefer_best_alone:
-        tasks = _with_candidate_scores(tasks, out, workers, by_scenario=pretrain.best_alone_scope == "scenario")
+        scope = pretrain.best_alone_scope == "scenario"
+        tasks = with_candidate_scores(tasks, out / "pretrain_candidate_scores.json", workers, by_scenario=scope)
     demos, episodes = collect_lookahead_demonstrations(tasks, workers=workers)
     if driver is not None:  # a DAgger round: the episode's goodput is the student's own
         scores = [e.expert_weighted_goodput_rps for e in episodes]
@@ -255,35 +256,6 @@ def _lookahead_demonstrations(
     gains = [r["expert_weighted_goodput_rps"] / max(r["best_candidate_weighted_goodput_rps"], 1e-9) for r in report]
     mlflow.log_metric("pretrain/expert_over_best_candidate", float(np.mean(gains)))
     return demos
-
-
-def _with_candidate_scores(tasks: list[Any], out: Path, workers: int, *, by_scenario: bool) -> list[Any]:
-    """Score every candidate alone once per (scenario, seed), cached in ``out`` for the DAgger rounds.
-
-    With ``by_scenario``, each task prefers the candidate best on average over its scenario's seeds.
-    """
-    from dataclasses import replace
-
-    from agents.pretrain import candidate_scores_many
-
-    cache_path = out / "pretrain_candidate_scores.json"
-    cache: dict[str, dict[str, float]] = json.loads(cache_path.read_text()) if cache_path.exists() else {}
-    keys = [f"{task.scenario_path}#{task.seed}" for task in tasks]
-    missing = [task for task, key in zip(tasks, keys, strict=True) if key not in cache]
-    for task, scores in zip(missing, candidate_scores_many(missing, workers), strict=True):
-        cache[f"{task.scenario_path}#{task.seed}"] = scores
-    out.mkdir(parents=True, exist_ok=True)
-    cache_path.write_text(json.dumps(cache, indent=1) + "\n")
-    preferred: dict[str, str] = {}
-    if by_scenario:
-        for path in {task.scenario_path for task in tasks}:
-            per_seed = [cache[key] for task, key in zip(tasks, keys, strict=True) if task.scenario_path == path]
-            means = {name: float(np.mean([scores[name] for scores in per_seed])) for name in per_seed[0]}
-            preferred[path] = max(means, key=means.__getitem__)
-    return [
-        replace(task, alone_scores=cache[key], preferred=preferred.get(task.scenario_path))
-        for task, key in zip(tasks, keys, strict=True)
-    ]
 
 
 class EvalCheckpointCallback(BaseCallback):

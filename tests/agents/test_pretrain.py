@@ -180,23 +180,22 @@ def test_expert_only_options_are_refused_without_the_lookahead_expert(tmp_path: 
 
 
 def test_scenario_scope_prefers_one_candidate_for_all_seeds_and_caches_the_scores(tmp_path: Path) -> None:
-    from agents.pretrain import LookaheadTask
-    from agents.train import _with_candidate_scores
+    from agents.pretrain import LookaheadTask, with_candidate_scores
 
     path = str(SCENARIO_DIR / "degraded-network-8.yaml")
     candidates = ("baseline:vllm-proxy", "baseline:aggregated")
     tasks = [LookaheadTask(path, seed, candidates, (), LAYOUT, 1, prefer_best_alone=True) for seed in (0, 1)]
-    scored = _with_candidate_scores(tasks, tmp_path, workers=1, by_scenario=True)
+    cache = tmp_path / "pretrain_candidate_scores.json"
+    scored = with_candidate_scores(tasks, cache, workers=1, by_scenario=True)
     assert {task.preferred for task in scored} == {"baseline:aggregated"}
     assert all(task.alone_scores is not None and set(task.alone_scores) == set(candidates) for task in scored)
-    cache = tmp_path / "pretrain_candidate_scores.json"
     assert cache.exists()
     # a DAgger round reads the cache: tampered scores come back unchanged (nothing is re-run)
     data = json.loads(cache.read_text())
     for scores in data.values():
         scores["baseline:vllm-proxy"] = 99.0
     cache.write_text(json.dumps(data))
-    again = _with_candidate_scores(tasks, tmp_path, workers=1, by_scenario=True)
+    again = with_candidate_scores(tasks, cache, workers=1, by_scenario=True)
     assert {task.preferred for task in again} == {"baseline:vllm-proxy"}
-    per_episode = _with_candidate_scores(tasks, tmp_path, workers=1, by_scenario=False)
+    per_episode = with_candidate_scores(tasks, cache, workers=1, by_scenario=False)
     assert {task.preferred for task in per_episode} == {None}
