@@ -7,8 +7,11 @@ static optimum and learned policies are therefore judged by the very same code p
 
 Policy specs: ``baseline:NAME`` (:mod:`policies.baselines`, plus ``queue_kv`` of :mod:`policies.rules`),
 ``file:PATH`` (a policy file; each scenario tenant gets the file's thresholds for it), ``grid:`` (the best
-static configuration of :mod:`agents.grid_search` for the scenario) and ``learned:PATH``
-(:meth:`policies.learned.LearnedPolicy.load`).
+static configuration of :mod:`agents.grid_search` for the scenario), ``learned:PATH``
+(:meth:`policies.learned.LearnedPolicy.load`) and ``expert:H`` (:class:`agents.lookahead.LookaheadPolicy`: the
+clairvoyant lookahead expert with an ``H``-interval horizon over :data:`EXPERT_TEACHERS` and the best
+:data:`EXPERT_GRID_CANDIDATES` static configurations of the grid on the search seeds; it sees each episode's
+future, so it bounds what switching between those candidates can win rather than being a deployable policy).
 
 Scores per tenant (and an ``ALL`` row per run): TTFT/TPOT p50/p95/p99 over finished requests; SLO attainment =
 requests meeting both objectives / requests that arrived in the episode (unfinished requests count as misses);
@@ -31,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.lookahead import LookaheadPolicy
 from env.gym_env import SCENARIO_DIR, PDClusterEnv, resolve_scenario
 from env.perf.model import InterpolatedExecutionTimeModel
 from env.scenario import Scenario
@@ -45,12 +49,15 @@ from policies.rules import QueueKvPolicy
 from policies.schema import ControlAction, Tenant
 
 __all__ = [
+    "EXPERT_GRID_CANDIDATES",
+    "EXPERT_TEACHERS",
     "METRICS",
     "RunResult",
     "RunSpec",
     "aggregate",
     "all_baseline_specs",
     "evaluate",
+    "expert_candidate_points",
     "load_suites",
     "make_policy",
     "profiled_throughputs",
@@ -63,6 +70,17 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SEED_POLICY_SPEC = "file:policies/examples/seed_pd_policy.yaml"
 SUITES_FILE = SCENARIO_DIR / "suites.yaml"
 ALL_TENANTS = "ALL"
+EXPERT_TEACHERS: tuple[str, ...] = (
+    "baseline:aggregated",
+    "baseline:dynamo-legacy",
+    "baseline:vllm-proxy",
+    "baseline:dynamo-isl-or-load",
+    "baseline:queue_kv",
+)
+"""The rule policies among the candidates of ``expert:H``."""
+EXPERT_GRID_CANDIDATES = 19
+"""Static configurations among the candidates of ``expert:H`` (the best on the grid-search seeds; 19 is the whole
+grid of a one-group scenario with four instances)."""
 _CDF_SAMPLES = 4000
 
 METRICS: tuple[str, ...] = (
@@ -195,8 +213,17 @@ def all_baseline_specs() -> list[str]:
     return [f"baseline:{n}" for n in names] + [SEED_POLICY_SPEC, "grid:"]
 
 
-def make_policy(spec: str, scenario: Scenario, grid_point: Mapping[str, Any] | None = None) -> Policy:
-    """Build the policy a spec names, for one scenario (``grid:`` needs the searched ``grid_point``)."""
+def make_policy(
+    spec: str,
+    scenario: Scenario,
+    grid_point: Mapping[str, Any] | None = None,
+    candidate_points: Sequence[Mapping[str, Any]] = (),
+) -> Policy:
+    """Build the policy a spec names, for one scenario.
+
+    ``grid:`` needs the searched ``grid_point``; ``expert:H`` takes ``candidate_points`` (static configurations)
+    as candidates besides :data:`EXPERT_TEACHERS`, and must be bound to its simulator before it decides.
+    """
     kind, _, argument = spec.partition(":")
     if kind == "baseline":
         if argument == "queue_kv":
@@ -220,7 +247,37 @@ def make_policy(spec: str, scenario: Scenario, grid_point: Mapping[str, Any] | N
         from policies.learned import LearnedPolicy
 
         return LearnedPolicy.load(argument)
-    raise ValueError(f"policy spec {spec!r}: expected baseline:NAME, file:PATH, grid: or learned:PATH")
+    if kind == "expert":
+        return _expert(spec, argument, scenario, candidate_points)
+    raise ValueError(f"policy spec {spec!r}: expected baseline:NAME, file:PATH, grid:, learned:PATH or expert:H")
+
+
+def _expert(spec: str, horizon: str, scenario: Scenario, points: Sequence[Mapping[str, Any]]) -> Policy:
+    from agents.grid_search import static_policy
+    from agents.lookahead import LookaheadPolicy
+
+    if not horizon.isdigit() or not 1 <= int(horizon) <= 120:
+        raise ValueError(f"policy spec {spec!r}: expert:H takes a horizon of 1-120 control intervals")
+    candidates = {name: make_policy(name, scenario) for name in EXPERT_TEACHERS}
+    for point in points:
+        static = static_policy(point, scenario)
+        candidates[static.policy_id] = static
+    return LookaheadPolicy(candidates, int(horizon), spec)
+
+
+def expert_candidate_points(
+    scenario_path: Path, *, workers: int = 2, cache_dir: Path | None = None, traces_dir: str | None = None
+) -> list[dict[str, Any]]:
+    """The static configurations ``expert:H`` considers besides its rule policies.
+
+    They are the best :data:`EXPERT_GRID_CANDIDATES` of the grid on the grid-search seeds
+    (:data:`agents.grid_search.SEARCH_SEEDS`, cached), never on the evaluation seeds.
+    """
+    from agents.grid_search import search
+
+    result = search(scenario_path, workers=workers, cache_dir=cache_dir, traces_dir=traces_dir)
+    ranked = sorted(result["points"], key=lambda p: -p["weighted_goodput_rps"])
+    return [{"pools": p["pools"], "route": p["route"]} for p in ranked[:EXPERT_GRID_CANDIDATES]]
 
 
 # ------------------------------------------------------------------------------------------------ one run
@@ -238,6 +295,8 @@ class RunSpec:
     """Keep the decision timeline and TTFT/TPOT samples (for plots)."""
     grid_point: dict[str, Any] | None = None
     traces_dir: str | None = None
+    candidate_points: tuple[dict[str, Any], ...] = ()
+    """``expert:H`` only: the static configurations among its candidates."""
 
 
 @dataclass(slots=True)
@@ -281,8 +340,10 @@ def run_one(spec: RunSpec) -> RunResult:
     start = time.perf_counter()
     scenario = scale_rates(resolve_scenario(Path(spec.scenario_path), spec.traces_dir), spec.rate_scale)
     env = PDClusterEnv(scenario, traces_dir=spec.traces_dir)
-    policy = make_policy(spec.policy, env.scenario, spec.grid_point)
+    policy = make_policy(spec.policy, env.scenario, spec.grid_point, spec.candidate_points)
     env.reset(seed=spec.seed)
+    if isinstance(policy, LookaheadPolicy):
+        policy.bind(env)
     episode_return = 0.0
     churn = 0
     timeline: list[dict[str, Any]] = []
@@ -498,6 +559,11 @@ def evaluate(
                 progress=on_grid_progress,
             )
             grid_points[str(path)] = result["best"]
+    candidates: dict[str, tuple[dict[str, Any], ...]] = {}
+    if any(p.startswith("expert:") for p in policies):
+        for path in scenarios:
+            points = expert_candidate_points(path, workers=workers, cache_dir=grid_cache, traces_dir=traces_dir)
+            candidates[str(path)] = tuple(points)
     specs = [
         RunSpec(
             policy,
@@ -506,6 +572,7 @@ def evaluate(
             record=seed == seeds[0],
             grid_point=grid_points.get(str(path)) if policy.startswith("grid:") else None,
             traces_dir=traces_dir,
+            candidate_points=candidates.get(str(path), ()) if policy.startswith("expert:") else (),
         )
         for path in scenarios
         for policy in policies

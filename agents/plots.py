@@ -38,6 +38,8 @@ def label(policy: str) -> str:
         return "grid (static optimum)"
     if policy.startswith("learned:"):
         return "learned:" + Path(policy.removeprefix("learned:")).name
+    if policy.startswith("expert:"):
+        return f"expert (clairvoyant, {policy.removeprefix('expert:')} intervals)"
     return policy
 
 

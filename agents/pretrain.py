@@ -36,7 +36,6 @@ state it visits, and the student is refitted on all labels so far.
 from __future__ import annotations
 
 import json
-import pickle
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -48,6 +47,7 @@ import numpy as np
 import torch
 
 from agents.evaluate import RunSpec, make_policy, run_one
+from agents.lookahead import LookaheadChooser, encoded_action, encoded_step, keep_current, running
 from env.gym_env import PDClusterEnv
 from policies.base import Policy
 from policies.features import ObservationLayout
@@ -189,24 +189,11 @@ def _candidates(task: LookaheadTask, env: PDClusterEnv) -> tuple[list[str], list
     return names, policies
 
 
-def _encoded(env: PDClusterEnv, policy: Policy) -> np.ndarray:
-    """The action the learned policy would take to do what ``policy`` decides now (masks respected)."""
-    context = env.policy_context()
-    decision = policy.decide(env.observation(), context)
-    encoded = env.codec.encode(decision, env.tenants, env.groups, context.current_pools, context.current_thresholds)
-    noop = env.codec.noop(env.tenants, context.current_thresholds, env.groups, context.current_pools)
-    return _respect_masks(encoded, env.action_masks(), env.codec.nvec, noop)
-
-
 def _labelled(env: PDClusterEnv, policy: Policy) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """(observation, mask, encoded decision of ``policy``, whether it moves a pool) at the current interval."""
-    action = _encoded(env, policy)
+    action = encoded_action(env, policy)
     moves = env.codec.moves_pools(action, env.groups, env.current_pools())
     return env.observation().to_vector(env.layout), env.action_masks(), action, moves
-
-
-def _running(env: PDClusterEnv) -> bool:
-    return bool(env.sim.now_s < env.scenario.duration_s - 1e-9)
 
 
 def _weighted_goodput_rps(env: PDClusterEnv) -> float:
@@ -223,8 +210,8 @@ def _scores_alone(task: LookaheadTask, names: Sequence[str]) -> dict[str, float]
         solo = PDClusterEnv(task.scenario_path, layout=task.layout)
         solo.reset(seed=task.seed)
         policy = _candidates(task, solo)[1][i]
-        while _running(solo):
-            solo.step(_encoded(solo, policy))
+        while running(solo):
+            solo.step(encoded_action(solo, policy))
         alone[name] = _weighted_goodput_rps(solo)
     return alone
 
@@ -292,32 +279,14 @@ def lookahead_episode(task: LookaheadTask) -> ExpertEpisode:
         default = names.index(task.preferred)
     elif alone and task.prefer_best_alone:
         default = int(np.argmax([alone[name] for name in names]))
-    chosen = default or 0
+    chooser = LookaheadChooser(task.horizon_intervals, task.switch_margin_frac, default)
     counts: dict[str, int] = {}
-    while _running(env):
-        snapshot = pickle.dumps((env, policies), protocol=pickle.HIGHEST_PROTOCOL)
-        returns = np.empty(len(policies))
-        for i in range(len(policies)):
-            copy_env, copy_policies = pickle.loads(snapshot)  # our own bytes, made just above (never a file)
-            total = 0.0
-            for _ in range(task.horizon_intervals):
-                if not _running(copy_env):
-                    break
-                total += float(copy_env.step(_encoded(copy_env, copy_policies[i]))[1])
-            returns[i] = total
-        best = returns.max()
-        top = best - 1e-9 - task.switch_margin_frac * abs(best)
-        if default is not None and returns[default] >= top:
-            chosen = default
-        elif returns[chosen] < top:
-            chosen = int(np.argmax(returns))
+    while running(env):
+        chosen = chooser.choose(env, policies, encoded_step)
         counts[names[chosen]] = counts.get(names[chosen], 0) + 1
         steps.append(_labelled(env, policies[chosen]))
-        # every candidate sees every interval (stateful rules keep their own history current)
-        for i, policy in enumerate(policies):
-            if i != chosen:
-                policy.decide(env.observation(), env.policy_context())
-        env.step(steps[-1][2] if driver is None else _encoded(env, driver))
+        keep_current(policies, chosen, env.observation(), env.policy_context())
+        env.step(steps[-1][2] if driver is None else encoded_action(env, driver))
     demos = Demonstrations.from_steps(steps)
     expert = _weighted_goodput_rps(env)
     return ExpertEpisode(Path(task.scenario_path).stem, task.seed, demos, expert, alone, counts)
@@ -329,18 +298,6 @@ def collect_lookahead_demonstrations(
     """Run :func:`lookahead_episode` for every task (in ``workers`` processes); all demonstrations, and per episode."""
     episodes = _map_tasks(lookahead_episode, tasks, workers)
     return Demonstrations.concatenate([e.demonstrations for e in episodes]), episodes
-
-
-def _respect_masks(action: np.ndarray, mask: np.ndarray, nvec: np.ndarray, noop: np.ndarray) -> np.ndarray:
-    """Replace a masked value by the no-change action's value when allowed, else by the first allowed value."""
-    out = action.copy()
-    start = 0
-    for i, size in enumerate(int(n) for n in nvec):
-        allowed = mask[start : start + size]
-        if not allowed[out[i]]:
-            out[i] = int(noop[i]) if allowed[noop[i]] else int(np.flatnonzero(allowed)[0])
-        start += size
-    return out
 
 
 def behaviour_clone(

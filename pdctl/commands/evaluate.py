@@ -4,7 +4,9 @@
 the seed rule file and ``grid:`` (the grid-searched static optimum). ``--scenarios`` takes names, paths and
 ``suite:NAME`` (``experiments/scenarios/suites.yaml``). Runs go to parallel processes with a progress bar; the
 output folder gets ``results.csv`` (means and 95 % CIs over seeds), ``results_seeds.csv``, ``results.json``,
-``ranking.md``, ``goodput.png`` and per-scenario CDF and decision plots. ``--sweep-rate`` also finds, per policy
+``ranking.md``, ``goodput.png`` and per-scenario CDF and decision plots. ``expert:H`` (the clairvoyant lookahead
+expert of :mod:`agents.lookahead`) gets its own section in ``ranking.md``: how far switching between the baselines
+and the static configurations could go on each scenario. ``--sweep-rate`` also finds, per policy
 and scenario, the highest request-rate multiplier at which ≥ 90 % of requests meet both SLOs
 (``sweep.json``, ``sweep.png``). Bad input prints one line and exits 2.
 """
@@ -116,6 +118,10 @@ def _ranking(ranked: Mapping[str, Sequence[Mapping[str, Any]]], console: Console
     return "\n".join(lines)
 
 
+_NOT_BASELINES = ("grid:", "learned:", "expert:")
+"""Specs that are not baselines (the best baseline is the best of the others)."""
+
+
 def _summary(ranked: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
     """Per scenario: best baseline, margin over the runner-up, grid optimum's headroom, and the SLO ceiling.
 
@@ -129,7 +135,7 @@ def _summary(ranked: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
         "|---|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for scenario, rows in sorted(ranked.items()):
-        baselines = [r for r in rows if not r["policy"].startswith(("grid:", "learned:"))]
+        baselines = [r for r in rows if not r["policy"].startswith(_NOT_BASELINES)]
         grid = next((r for r in rows if r["policy"].startswith("grid:")), None)
         if not baselines:
             continue
@@ -162,11 +168,13 @@ def _learned_summary(ranked: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
         "| × grid optimum | share of SLO ceiling |",
         "|---|---|---|---:|---|---:|---:|---:|---:|",
     ]
-    learned_specs = sorted({r["policy"] for rs in ranked.values() for r in rs if r["policy"].startswith("learned:")})
+    learned_specs = sorted(
+        {r["policy"] for rs in ranked.values() for r in rs if r["policy"].startswith(("learned:", "expert:"))}
+    )
     for spec in learned_specs:
         for scenario, rows in sorted(ranked.items(), key=lambda kv: (kind.get(kv[0], "~"), kv[0])):
             own = next((r for r in rows if r["policy"] == spec), None)
-            baselines = [r for r in rows if not r["policy"].startswith(("grid:", "learned:"))]
+            baselines = [r for r in rows if not r["policy"].startswith(_NOT_BASELINES)]
             if own is None or not baselines:
                 continue
             grid = next((r for r in rows if r["policy"].startswith("grid:")), None)
@@ -219,6 +227,8 @@ def _run(
     if not paths or not seed_list:
         raise _fail("need at least one scenario and one seed")
     policy_list = _policies(policies)
+    if sweep and any(p.startswith("expert:") for p in policy_list):
+        raise _fail("--sweep-rate does not take expert:H policies (every probe would rerun the lookahead expert)")
     traces_dir = str(traces) if traces is not None else None
     try:
         _check_policies(policy_list, paths[0], traces_dir)
@@ -322,7 +332,9 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         out: Path = typer.Option(..., "--out", help="Output folder."),  # noqa: B008
         scenarios: str = typer.Option("suite:all", "--scenarios", help="Comma list: names, paths, suite:NAME."),
         policies: str = typer.Option(
-            "baselines", "--policies", help="Comma list of specs (baseline:NAME, file:PATH, grid:, learned:PATH)."
+            "baselines",
+            "--policies",
+            help="Comma list of specs (baseline:NAME, file:PATH, grid:, learned:PATH, expert:H).",
         ),
         seeds: str = typer.Option("0,1,2", "--seeds", help="Comma list of seeds."),
         workers: int | None = typer.Option(None, "--workers", help="Processes (default: min(CPUs, 2))."),
