@@ -257,7 +257,7 @@ def _expert(spec: str, horizon: str, scenario: Scenario, points: Sequence[Mappin
     from agents.lookahead import LookaheadPolicy
 
     if not horizon.isdigit() or not 1 <= int(horizon) <= 120:
-        raise ValueError(f"policy spec {spec!r}: expert:H takes a horizon of 1-120 control intervals")
+        raise ValueError(f"expert:H takes a horizon of 1-120 control intervals, got {horizon!r}")
     candidates = {name: make_policy(name, scenario) for name in EXPERT_TEACHERS}
     for point in points:
         static = static_policy(point, scenario)
