@@ -93,6 +93,14 @@ def test_expert_spec_builds_its_candidates_and_refuses_to_run_unbound(incident_p
     env.reset(seed=0)
     with pytest.raises(RuntimeError, match="only in the simulator"):
         policy.decide(env.observation(), env.policy_context())
+    policy.bind(env)
+    for _ in range(3):
+        decision = policy.decide(env.observation(), env.policy_context())
+        assert decision.policy_id == "expert:4"
+        assert any(decision.reason.startswith(f"{name}: ") for name in policy.candidates)  # who it acted as
+        env.control(decision)
+    assert sum(policy.chosen_intervals.values()) == 3
+    assert set(policy.chosen_intervals) <= set(policy.candidates)
     for bad in ("expert:", "expert:0", "expert:soon", "expert:500"):
         with pytest.raises(ValueError, match="horizon of 1-120"):
             ev.make_policy(bad, scenario)
