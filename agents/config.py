@@ -128,15 +128,23 @@ class PretrainConfig(_Strict):
     switch_margin_frac: Annotated[float, Field(ge=0, le=1)] = 0.0
     """Lookahead expert: leave the preferred candidate (the best alone with ``prefer_best_alone``, else the current
     one) only for a horizon return higher by more than this fraction; 0 = any gain."""
+    route_switch_margin_frac: Annotated[float, Field(ge=0, le=1)] | None = None
+    """Lookahead expert: the margin for switching to a candidate that leaves the pool sizes where the kept one
+    would (routing thresholds only: instant and free to undo); ``None``: ``switch_margin_frac``."""
     dagger_iterations: Annotated[int, Field(ge=0, le=10)] = 0
     """Lookahead expert: rounds in which the student drives and the expert labels the states it visits (DAgger)."""
 
     @model_validator(mode="after")
     def _expert_options(self) -> PretrainConfig:
         if self.expert != "lookahead":
-            for name in ("dagger_iterations", "prefer_best_alone", "switch_margin_frac"):
-                if getattr(self, name):
-                    raise ValueError(f"{name} needs expert: lookahead (the best-teacher warm start has no expert)")
+            used = {
+                "dagger_iterations": self.dagger_iterations > 0,
+                "prefer_best_alone": self.prefer_best_alone,
+                "switch_margin_frac": self.switch_margin_frac > 0,
+                "route_switch_margin_frac": self.route_switch_margin_frac is not None,
+            }
+            for name in (name for name, is_used in used.items() if is_used):
+                raise ValueError(f"{name} needs expert: lookahead (the best-teacher warm start has no expert)")
         if self.best_alone_scope != "episode" and not self.prefer_best_alone:
             raise ValueError("best_alone_scope needs prefer_best_alone: true")
         return self

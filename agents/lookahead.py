@@ -13,11 +13,16 @@ It serves two purposes:
   :func:`direct_step`): what switching between the baselines and the static configurations of the grid can win
   on a scenario over the best of them alone, before anyone trains a policy to try.
 
-Choice rule (:class:`LookaheadChooser`): returns within ``switch_margin_frac`` of the best count as tied with it;
-a tie goes first to the ``default`` candidate, then to the one chosen last interval (the expert does not churn
-for nothing). When the horizon covers the rest of the episode and the margin is 0, the expert's return is at
-least every candidate's return alone (policy improvement by rollout: the candidate chosen now, continued, is one
-of the options at the next interval).
+Choice rule (:class:`LookaheadChooser`): the expert keeps the ``default`` candidate, else the one it chose last
+interval, unless another candidate's horizon return beats it by more than a margin (a fraction of the best
+return); then it takes the best of those that do. The margin is ``switch_margin_frac``, or
+``route_switch_margin_frac`` for a candidate whose copy ends the horizon with the same pool sizes as the kept
+candidate's (a switch of routing thresholds only: instant and free to undo, where a pool move costs a role switch
+now and pays off over minutes, beyond what a short horizon sees).
+
+When the horizon covers the rest of the episode and the margins are 0, the expert's return is at least every
+candidate's return alone (policy improvement by rollout: the candidate chosen now, continued, is one of the
+options at the next interval).
 """
 
 from __future__ import annotations
@@ -91,28 +96,40 @@ class LookaheadChooser:
 
     Attributes:
         horizon_intervals: intervals each candidate is followed in its copy.
-        switch_margin_frac: a candidate within this fraction of the best horizon return counts as tied with it.
-        default: the candidate ties go to first (``None``: none).
-        chosen: the candidate chosen last (ties go to it after ``default``).
+        switch_margin_frac: how much better (a fraction of the best horizon return) another candidate must do for
+            the expert to leave the kept one.
+        default: the candidate kept first (``None``: none).
+        chosen: the candidate chosen last (kept after ``default``).
+        route_switch_margin_frac: the margin for a candidate that ends the horizon with the kept one's pool sizes
+            (``None``: ``switch_margin_frac``).
     """
 
     horizon_intervals: int
     switch_margin_frac: float = 0.0
     default: int | None = None
     chosen: int = 0
+    route_switch_margin_frac: float | None = None
 
     def __post_init__(self) -> None:
         if self.horizon_intervals < 1:
             raise ValueError(f"horizon_intervals must be >= 1, got {self.horizon_intervals}")
-        if not 0.0 <= self.switch_margin_frac <= 1.0:
-            raise ValueError(f"switch_margin_frac must be within [0, 1], got {self.switch_margin_frac}")
+        for name in ("switch_margin_frac", "route_switch_margin_frac"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1], got {value}")
         if self.default is not None:
             self.chosen = self.default
 
-    def horizon_returns(self, env: PDClusterEnv, policies: Sequence[Policy], step: StepFn) -> np.ndarray:
-        """Each candidate's summed reward over the horizon, followed closed-loop in its own copy of ``env``."""
+    def horizon_rollouts(
+        self, env: PDClusterEnv, policies: Sequence[Policy], step: StepFn
+    ) -> tuple[np.ndarray, list[tuple[tuple[str, int, int], ...]]]:
+        """Each candidate's summed reward over the horizon and the pool sizes its copy ends with.
+
+        Every candidate is followed closed-loop in its own copy of ``env``.
+        """
         snapshot = pickle.dumps((env, list(policies)), protocol=pickle.HIGHEST_PROTOCOL)
         returns = np.empty(len(policies))
+        ends: list[tuple[tuple[str, int, int], ...]] = []
         for i in range(len(policies)):
             copy_env, copy_policies = pickle.loads(snapshot)  # our own bytes, made just above (never a file)
             total = 0.0
@@ -121,17 +138,28 @@ class LookaheadChooser:
                     break
                 total += step(copy_env, copy_policies[i])
             returns[i] = total
-        return returns
+            pools = copy_env.current_pools()
+            ends.append(tuple((g, p.num_prefill, p.num_decode) for g, p in sorted(pools.items())))
+        return returns, ends
 
     def choose(self, env: PDClusterEnv, policies: Sequence[Policy], step: StepFn) -> int:
         """Index of the candidate to act as at this interval."""
-        returns = self.horizon_returns(env, policies, step)
-        best = returns.max()
-        top = best - 1e-9 - self.switch_margin_frac * abs(best)
-        if self.default is not None and returns[self.default] >= top:
+        returns, ends = self.horizon_rollouts(env, policies, step)
+        scale = abs(float(returns.max()))
+        route_margin = (
+            self.switch_margin_frac if self.route_switch_margin_frac is None else self.route_switch_margin_frac
+        )
+
+        def beaten_by(kept: int) -> list[int]:
+            margins = [route_margin if end == ends[kept] else self.switch_margin_frac for end in ends]
+            return [i for i in range(len(returns)) if returns[i] > returns[kept] + margins[i] * scale + 1e-9]
+
+        if self.default is not None and not beaten_by(self.default):
             self.chosen = self.default
-        elif returns[self.chosen] < top:
-            self.chosen = int(np.argmax(returns))
+        else:
+            better = beaten_by(self.chosen)
+            if better:
+                self.chosen = max(better, key=lambda i: (returns[i], -i))
         return self.chosen
 
 

@@ -157,6 +157,9 @@ class LookaheadTask:
     previous choice; ``False``: to the previous choice only."""
     switch_margin_frac: float = 0.0
     """A candidate within this fraction of the best horizon return counts as tied with it (0: exact ties only)."""
+    route_switch_margin_frac: float | None = None
+    """The margin for a candidate whose copy ends the horizon with the kept candidate's pool sizes (``None``:
+    ``switch_margin_frac``); see :class:`agents.lookahead.LookaheadChooser`."""
     alone_scores: Mapping[str, float] | None = None
     """Each candidate's goodput alone on this episode, when already known (:func:`candidate_scores`); skips
     ``score_candidates``' runs."""
@@ -279,7 +282,9 @@ def lookahead_episode(task: LookaheadTask) -> ExpertEpisode:
         default = names.index(task.preferred)
     elif alone and task.prefer_best_alone:
         default = int(np.argmax([alone[name] for name in names]))
-    chooser = LookaheadChooser(task.horizon_intervals, task.switch_margin_frac, default)
+    chooser = LookaheadChooser(
+        task.horizon_intervals, task.switch_margin_frac, default, route_switch_margin_frac=task.route_switch_margin_frac
+    )
     counts: dict[str, int] = {}
     while running(env):
         chosen = chooser.choose(env, policies, encoded_step)

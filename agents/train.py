@@ -217,6 +217,7 @@ def _lookahead_demonstrations(
                 driver=driver,
                 prefer_best_alone=pretrain.prefer_best_alone,
                 switch_margin_frac=pretrain.switch_margin_frac,
+                route_switch_margin_frac=pretrain.route_switch_margin_frac,
             )
             for seed in pretrain.seeds
         )

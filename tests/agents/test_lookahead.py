@@ -33,15 +33,20 @@ def incident_path(tmp_path: Path) -> Path:
     return path
 
 
-class _Scripted(LookaheadChooser):
-    """The choice rule over prescribed horizon returns (one array per call)."""
+Ends = list[tuple[tuple[str, int, int], ...]]
 
-    def __init__(self, returns: Sequence[Sequence[float]], **kwargs: object) -> None:
+
+class _Scripted(LookaheadChooser):
+    """The choice rule over prescribed horizon returns (one array per call) and end pool sizes."""
+
+    def __init__(self, returns: Sequence[Sequence[float]], ends: Ends | None = None, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._script = [np.asarray(r, dtype=float) for r in returns]
+        self._ends = ends
 
-    def horizon_returns(self, env: PDClusterEnv, policies: Sequence[Policy], step: StepFn) -> np.ndarray:
-        return self._script.pop(0)
+    def horizon_rollouts(self, env: PDClusterEnv, policies: Sequence[Policy], step: StepFn) -> tuple[np.ndarray, Ends]:
+        returns = self._script.pop(0)
+        return returns, self._ends or [(("g", 2, 2),)] * len(returns)
 
 
 def _choices(chooser: LookaheadChooser, calls: int) -> list[int]:
@@ -62,11 +67,24 @@ def test_margin_and_default_make_the_expert_sticky() -> None:
     assert _choices(_Scripted(returns, horizon_intervals=1), 4) == [1, 1, 1, 1]
 
 
+def test_route_margin_lets_threshold_switches_through_and_holds_pool_moves() -> None:
+    """Candidates 0 and 1 keep the pools where they are; candidate 2 moves an instance."""
+    ends = [(("g", 2, 2),), (("g", 2, 2),), (("g", 1, 3),)]
+    returns = [[10, 10.5, 3], [10, 10.2, 11], [10, 9, 12.5], [10, 11, 10]]
+    chooser = _Scripted(returns, ends, horizon_intervals=1, switch_margin_frac=0.15, route_switch_margin_frac=0.0)
+    chooser.default = chooser.chosen = 0
+    # a threshold-only gain is taken at once; an 8 % pool-move gain is not, a 39 % one is; moving back to the
+    # default's split is a pool move too, so a 10 % gain does not undo it
+    assert _choices(chooser, 4) == [1, 1, 2, 2]
+
+
 def test_chooser_refuses_bad_settings() -> None:
     with pytest.raises(ValueError, match="horizon_intervals"):
         LookaheadChooser(0)
     with pytest.raises(ValueError, match="switch_margin_frac"):
         LookaheadChooser(3, switch_margin_frac=1.5)
+    with pytest.raises(ValueError, match="route_switch_margin_frac"):
+        LookaheadChooser(3, route_switch_margin_frac=-0.1)
 
 
 def _episode_return(spec: ev.RunSpec) -> float:
@@ -129,3 +147,21 @@ def test_evaluate_gives_the_expert_its_section_and_the_best_baseline_excludes_it
     bad = runner.invoke(app, [*args, "--policies", "expert:x"])
     assert bad.exit_code == 2
     assert "horizon of 1-120" in bad.output
+
+
+def test_imitation_expert_applies_the_route_margin_to_switches_that_keep_the_pools(incident_path: Path) -> None:
+    """The ISL-or-load rule and the vLLM proxy never move pools: between them only the route margin counts."""
+    from agents.pretrain import LookaheadTask, lookahead_episode
+    from policies import ObservationLayout
+
+    def chosen(margin: float, route: float | None) -> dict[str, int]:
+        task = LookaheadTask(
+            str(incident_path), 0, ("baseline:dynamo-isl-or-load", "baseline:vllm-proxy"), (), ObservationLayout(), 3,
+            score_candidates=False, switch_margin_frac=margin, route_switch_margin_frac=route,
+        )  # fmt: skip
+        return lookahead_episode(task).chosen_intervals
+
+    free = chosen(0.0, None)
+    assert len(free) == 2  # the two candidates take turns on this episode
+    assert chosen(1.0, None) == {"baseline:dynamo-isl-or-load": sum(free.values())}  # never leaves the first
+    assert chosen(1.0, 0.0) == free

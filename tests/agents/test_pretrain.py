@@ -168,7 +168,13 @@ def test_a_switch_margin_keeps_the_best_candidate_alone_through_short_term_dips(
 
 def test_expert_only_options_are_refused_without_the_lookahead_expert(tmp_path: Path) -> None:
     smoke = yaml.safe_load((SCENARIO_DIR.parents[0] / "smoke.yaml").read_text())
-    for option, value in (("dagger_iterations", 1), ("prefer_best_alone", True), ("switch_margin_frac", 0.1)):
+    options = (
+        ("dagger_iterations", 1),
+        ("prefer_best_alone", True),
+        ("switch_margin_frac", 0.1),
+        ("route_switch_margin_frac", 0.0),  # even 0: it is not the default (None)
+    )
+    for option, value in options:
         smoke["pretrain"] = {"teachers": ["baseline:aggregated"], option: value}
         path = tmp_path / "exp.yaml"
         path.write_text(yaml.safe_dump(smoke))
