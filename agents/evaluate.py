@@ -311,6 +311,8 @@ class RunResult:
     wall_s: float = 0.0
     error: str | None = None
     """Set when the run raised (the simulator or the policy); such a run has no rows."""
+    expert_choices: dict[str, int] = field(default_factory=dict)
+    """``expert:H`` only: how many intervals the expert acted as each candidate."""
 
 
 def _quantiles(values: np.ndarray) -> tuple[float | None, float | None, float | None]:
@@ -413,7 +415,8 @@ def run_one(spec: RunSpec) -> RunResult:
     for row in rows:
         row["churn_changes"] = churn
     rows.append(total)
-    return RunResult(spec, env.scenario.name, rows, timeline, samples, time.perf_counter() - start)
+    choices = dict(policy.chosen_intervals) if isinstance(policy, LookaheadPolicy) else {}
+    return RunResult(spec, env.scenario.name, rows, timeline, samples, time.perf_counter() - start, None, choices)
 
 
 def run_one_safe(spec: RunSpec) -> RunResult:
@@ -584,7 +587,11 @@ def evaluate(
 
 
 def write_results(evaluation: Evaluation, out: Path, command: str) -> None:
-    """``results.csv`` (aggregates), ``results_seeds.csv`` (per run), ``results.json`` (all, plus the command)."""
+    """``results.csv`` (aggregates), ``results_seeds.csv`` (per run), ``results.json`` (all, plus the command).
+
+    ``results.json`` also has, per ``expert:H`` run, how many intervals the expert acted as each candidate
+    (``expert_choices``).
+    """
     import csv
 
     out.mkdir(parents=True, exist_ok=True)
@@ -607,6 +614,9 @@ def write_results(evaluation: Evaluation, out: Path, command: str) -> None:
             if r.error is not None
         ],
         "wall_s": {f"{r.spec.policy}|{r.scenario}|{r.spec.seed}": r.wall_s for r in evaluation.runs},
+        "expert_choices": {
+            f"{r.spec.policy}|{r.scenario}|{r.spec.seed}": r.expert_choices for r in evaluation.runs if r.expert_choices
+        },
     }
     (out / "results.json").write_text(json.dumps(payload, indent=1, default=_json_default) + "\n")
     (out / "COMMAND.txt").write_text(command + "\n")

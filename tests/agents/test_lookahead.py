@@ -137,6 +137,9 @@ def test_evaluate_gives_the_expert_its_section_and_the_best_baseline_excludes_it
     assert result.exit_code == 0, result.output
     payload = json.loads((out / "results.json").read_text())
     assert {r["policy"] for r in payload["aggregate"]} == {"baseline:vllm-proxy", "expert:3"}
+    (choices,) = payload["expert_choices"].values()  # the expert's run only: which candidate, how many intervals
+    assert sum(choices.values()) == 8  # one per decision of the 90-s run (the first at 10 s)
+    assert all(name in ev.EXPERT_TEACHERS or name.startswith("grid:g0=") for name in choices)
     ranking = (out / "ranking.md").read_text()
     summary = ranking.split("## Best baseline and headroom")[1].split("##")[0]
     assert "| tiny | vllm-proxy |" in summary  # the expert is never the "best baseline"
