@@ -143,8 +143,9 @@ class PretrainConfig(_Strict):
                 "switch_margin_frac": self.switch_margin_frac > 0,
                 "route_switch_margin_frac": self.route_switch_margin_frac is not None,
             }
-            for name in (name for name, is_used in used.items() if is_used):
-                raise ValueError(f"{name} needs expert: lookahead (the best-teacher warm start has no expert)")
+            names = [name for name, is_used in used.items() if is_used]
+            if names:
+                raise ValueError(f"{names[0]} needs expert: lookahead (the best-teacher warm start has no expert)")
         if self.best_alone_scope != "episode" and not self.prefer_best_alone:
             raise ValueError("best_alone_scope needs prefer_best_alone: true")
         return self

@@ -57,7 +57,6 @@ __all__ = [
     "aggregate",
     "all_baseline_specs",
     "evaluate",
-    "expert_candidate_points",
     "load_suites",
     "make_policy",
     "profiled_throughputs",
@@ -254,7 +253,6 @@ def make_policy(
 
 def _expert(spec: str, horizon: str, scenario: Scenario, points: Sequence[Mapping[str, Any]]) -> Policy:
     from agents.grid_search import static_policy
-    from agents.lookahead import LookaheadPolicy
 
     if not horizon.isdigit() or not 1 <= int(horizon) <= 120:
         raise ValueError(f"expert:H takes a horizon of 1-120 control intervals, got {horizon!r}")
@@ -263,21 +261,6 @@ def _expert(spec: str, horizon: str, scenario: Scenario, points: Sequence[Mappin
         static = static_policy(point, scenario)
         candidates[static.policy_id] = static
     return LookaheadPolicy(candidates, int(horizon), spec)
-
-
-def expert_candidate_points(
-    scenario_path: Path, *, workers: int = 2, cache_dir: Path | None = None, traces_dir: str | None = None
-) -> list[dict[str, Any]]:
-    """The static configurations ``expert:H`` considers besides its rule policies.
-
-    They are the best :data:`EXPERT_GRID_CANDIDATES` of the grid on the grid-search seeds
-    (:data:`agents.grid_search.SEARCH_SEEDS`, cached), never on the evaluation seeds.
-    """
-    from agents.grid_search import search
-
-    result = search(scenario_path, workers=workers, cache_dir=cache_dir, traces_dir=traces_dir)
-    ranked = sorted(result["points"], key=lambda p: -p["weighted_goodput_rps"])
-    return [{"pools": p["pools"], "route": p["route"]} for p in ranked[:EXPERT_GRID_CANDIDATES]]
 
 
 # ------------------------------------------------------------------------------------------------ one run
@@ -416,7 +399,9 @@ def run_one(spec: RunSpec) -> RunResult:
         row["churn_changes"] = churn
     rows.append(total)
     choices = dict(policy.chosen_intervals) if isinstance(policy, LookaheadPolicy) else {}
-    return RunResult(spec, env.scenario.name, rows, timeline, samples, time.perf_counter() - start, None, choices)
+    return RunResult(
+        spec, env.scenario.name, rows, timeline, samples, time.perf_counter() - start, expert_choices=choices
+    )
 
 
 def run_one_safe(spec: RunSpec) -> RunResult:
@@ -563,9 +548,13 @@ def evaluate(
             )
             grid_points[str(path)] = result["best"]
     candidates: dict[str, tuple[dict[str, Any], ...]] = {}
-    if any(p.startswith("expert:") for p in policies):
+    if any(p.startswith("expert:") for p in policies):  # ranked on the search seeds, never the evaluation seeds
+        from agents.grid_search import best_points
+
         for path in scenarios:
-            points = expert_candidate_points(path, workers=workers, cache_dir=grid_cache, traces_dir=traces_dir)
+            points = best_points(
+                path, EXPERT_GRID_CANDIDATES, workers=workers, cache_dir=grid_cache, traces_dir=traces_dir
+            )
             candidates[str(path)] = tuple(points)
     specs = [
         RunSpec(

@@ -40,6 +40,7 @@ __all__ = [
     "ROUTE_LEVELS",
     "SEARCH_SEEDS",
     "StaticPolicy",
+    "best_points",
     "grid_points",
     "route_thresholds",
     "search",
@@ -209,3 +210,12 @@ def search(
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(result, indent=1) + "\n")
     return result
+
+
+def best_points(scenario_path: str | Path, count: int, **search_options: Any) -> list[dict[str, Any]]:
+    """The ``count`` best configurations of :func:`search` (by weighted goodput), as ``{"pools", "route"}`` points.
+
+    ``search_options`` go to :func:`search` (by default the search seeds, never the evaluation seeds).
+    """
+    ranked = sorted(search(scenario_path, **search_options)["points"], key=lambda p: -p["weighted_goodput_rps"])
+    return [{"pools": p["pools"], "route": p["route"]} for p in ranked[:count]]

@@ -156,7 +156,8 @@ class LookaheadTask:
     """Ties go first to the candidate best on its own over the episode (needs ``score_candidates``), then to the
     previous choice; ``False``: to the previous choice only."""
     switch_margin_frac: float = 0.0
-    """A candidate within this fraction of the best horizon return counts as tied with it (0: exact ties only)."""
+    """The expert leaves its kept candidate only for one whose horizon return is higher by more than this fraction
+    of the best (0: any gain); see :class:`agents.lookahead.LookaheadChooser`."""
     route_switch_margin_frac: float | None = None
     """The margin for a candidate whose copy ends the horizon with the kept candidate's pool sizes (``None``:
     ``switch_margin_frac``); see :class:`agents.lookahead.LookaheadChooser`."""

@@ -193,7 +193,7 @@ def _lookahead_demonstrations(
     """Lookahead-expert labels on every training scenario and pretrain seed (``driver`` acts when given; DAgger)."""
     import os
 
-    from agents.grid_search import search
+    from agents.grid_search import best_points
     from agents.pretrain import LookaheadTask, collect_lookahead_demonstrations, with_candidate_scores
 
     assert config.pretrain is not None
@@ -203,8 +203,7 @@ def _lookahead_demonstrations(
     for path in scenario_paths(config.scenarios):
         points: list[dict[str, Any]] = []
         if pretrain.grid_candidates > 0:  # searched on the training seeds (cached); never on evaluation seeds
-            ranked = sorted(search(path)["points"], key=lambda p: -p["weighted_goodput_rps"])
-            points = [{"pools": p["pools"], "route": p["route"]} for p in ranked[: pretrain.grid_candidates]]
+            points = best_points(path, pretrain.grid_candidates)
         tasks.extend(
             LookaheadTask(
                 str(path),

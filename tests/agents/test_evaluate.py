@@ -153,6 +153,9 @@ def test_grid_search_is_cached_and_picks_the_best(
 
     monkeypatch.setattr(ev, "run_many", boom)
     assert gs.search(tiny_path, seeds=(0,), workers=1, cache_dir=tmp_path / "cache") == result
+    top = gs.best_points(tiny_path, 3, seeds=(0,), workers=1, cache_dir=tmp_path / "cache")
+    score = {(json.dumps(p["pools"]), p["route"]): p["weighted_goodput_rps"] for p in result["points"]}
+    assert sorted((score[json.dumps(p["pools"]), p["route"]] for p in top), reverse=True) == sorted(scores)[-3:][::-1]
     # the grid policy starts from the scenario's deployment like every policy and walks (guarded) to its split
     point = {"pools": {"g0": [0, 4]}, "route": "local"}
     timeline = ev.run_one(ev.RunSpec("grid:", str(tiny_path), 0, record=True, grid_point=point)).timeline
