@@ -12,6 +12,9 @@ static configuration of :mod:`agents.grid_search` for the scenario), ``learned:P
 clairvoyant lookahead expert with an ``H``-interval horizon over :data:`EXPERT_TEACHERS` and the best
 :data:`EXPERT_GRID_CANDIDATES` static configurations of the grid on the search seeds; it sees each episode's
 future, so it bounds what switching between those candidates can win rather than being a deployable policy).
+``watchdog:PRIMARY`` and ``watchdog[FALLBACK]:PRIMARY`` run a ``baseline:``, ``file:`` or ``learned:`` policy under
+the SLO watchdog of :mod:`policies.watchdog` (default parameters) with a ``baseline:`` or ``file:`` fallback
+(:data:`WATCHDOG_FALLBACK` when none is named), as the controller does with ``watchdog:`` in its configuration.
 
 Scores per tenant (and an ``ALL`` row per run): TTFT/TPOT p50/p95/p99 over finished requests; SLO attainment =
 requests meeting both objectives / requests that arrived in the episode (unfinished requests count as misses);
@@ -52,6 +55,7 @@ __all__ = [
     "EXPERT_GRID_CANDIDATES",
     "EXPERT_TEACHERS",
     "METRICS",
+    "WATCHDOG_FALLBACK",
     "RunResult",
     "RunSpec",
     "aggregate",
@@ -59,6 +63,7 @@ __all__ = [
     "evaluate",
     "load_suites",
     "make_policy",
+    "parse_watchdog_spec",
     "profiled_throughputs",
     "run_one",
     "scale_rates",
@@ -80,6 +85,8 @@ EXPERT_TEACHERS: tuple[str, ...] = (
 EXPERT_GRID_CANDIDATES = 19
 """Static configurations among the candidates of ``expert:H`` (the best on the grid-search seeds; 19 is the whole
 grid of a one-group scenario with four instances)."""
+WATCHDOG_FALLBACK = "baseline:dynamo-legacy"
+"""The fallback of ``watchdog:PRIMARY`` (the best baseline on most shipped scenarios)."""
 _CDF_SAMPLES = 4000
 
 METRICS: tuple[str, ...] = (
@@ -223,6 +230,11 @@ def make_policy(
     ``grid:`` needs the searched ``grid_point``; ``expert:H`` takes ``candidate_points`` (static configurations)
     as candidates besides :data:`EXPERT_TEACHERS`, and must be bound to its simulator before it decides.
     """
+    if spec.startswith("watchdog"):
+        from policies.watchdog import SloWatchdog
+
+        fallback, primary = parse_watchdog_spec(spec)
+        return SloWatchdog(make_policy(primary, scenario), make_policy(fallback, scenario))
     kind, _, argument = spec.partition(":")
     if kind == "baseline":
         if argument == "queue_kv":
@@ -248,7 +260,32 @@ def make_policy(
         return LearnedPolicy.load(argument)
     if kind == "expert":
         return _expert(spec, argument, scenario, candidate_points)
-    raise ValueError(f"policy spec {spec!r}: expected baseline:NAME, file:PATH, grid:, learned:PATH or expert:H")
+    raise ValueError(
+        f"policy spec {spec!r}: expected baseline:NAME, file:PATH, grid:, learned:PATH, expert:H or watchdog:PRIMARY"
+    )
+
+
+def parse_watchdog_spec(spec: str) -> tuple[str, str]:
+    """``(fallback, primary)`` of ``watchdog:PRIMARY`` or ``watchdog[FALLBACK]:PRIMARY``.
+
+    Raises:
+        ValueError: one line naming the spec, when it has another shape, the primary is not a ``baseline:``,
+            ``file:`` or ``learned:`` spec, or the fallback is not a ``baseline:`` or ``file:`` spec.
+    """
+    rest = spec.removeprefix("watchdog")
+    if rest.startswith("[") and "]:" in rest:
+        fallback, primary = rest[1:].split("]:", 1)
+    elif rest.startswith(":"):
+        fallback, primary = WATCHDOG_FALLBACK, rest[1:]
+    else:
+        raise ValueError(f"policy spec {spec!r}: expected watchdog:PRIMARY or watchdog[FALLBACK]:PRIMARY")
+    if not primary.startswith(("baseline:", "file:", "learned:")) or primary.endswith(":"):
+        raise ValueError(
+            f"policy spec {spec!r}: the watchdog's primary must be baseline:NAME, file:PATH or learned:PATH"
+        )
+    if not fallback.startswith(("baseline:", "file:")) or fallback.endswith(":"):
+        raise ValueError(f"policy spec {spec!r}: the watchdog's fallback must be baseline:NAME or file:PATH")
+    return fallback, primary
 
 
 def _expert(spec: str, horizon: str, scenario: Scenario, points: Sequence[Mapping[str, Any]]) -> Policy:

@@ -40,6 +40,11 @@ def label(policy: str) -> str:
         return "learned:" + Path(policy.removeprefix("learned:")).name
     if policy.startswith("expert:"):
         return f"expert (clairvoyant, {policy.removeprefix('expert:')} intervals)"
+    if policy.startswith("watchdog"):
+        from agents.evaluate import parse_watchdog_spec
+
+        fallback, primary = parse_watchdog_spec(policy)
+        return f"{label(primary)} + watchdog ({label(fallback)})"
     return policy
 
 

@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from policies.guard import GuardLimits
 from policies.registry import PolicySpecError, parse_policy_spec
 from policies.rules import QueueKvParams
+from policies.watchdog import WatchdogParams
 
 __all__ = [
     "ConfigError",
@@ -30,6 +31,7 @@ __all__ = [
     "PrometheusSourceConfig",
     "RouterActuatorConfig",
     "ScrapeSourceConfig",
+    "WatchdogConfig",
     "config_schema",
     "load_config",
 ]
@@ -138,6 +140,42 @@ class GuardConfig(_Strict):
         return GuardLimits(self.max_step_per_tick, self.cooldown_s, self.hysteresis_ticks, self.max_staleness_s)
 
 
+class WatchdogConfig(_Strict):
+    """The SLO watchdog over the policy (see :mod:`policies.watchdog`): a fallback while objectives are missed."""
+
+    fallback: str = Field(
+        "policy_file",
+        description="policy_file (the base policy file's thresholds) or a baseline:NAME / file:PATH spec",
+    )
+    min_attainment_frac: Annotated[float, Field(gt=0, le=1)] = 0.5
+    trigger_intervals: Annotated[int, Field(ge=1)] = 4
+    hold_intervals: Annotated[int, Field(ge=1)] = 20
+    backoff: Annotated[float, Field(ge=1)] = 2.0
+    max_hold_intervals: Annotated[int, Field(ge=1)] = 10_000
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WatchdogConfig:
+        if self.fallback != "policy_file":
+            try:
+                spec = parse_policy_spec(self.fallback)
+            except PolicySpecError as exc:
+                raise ValueError(f"fallback: {exc}") from None
+            if spec.kind not in ("baseline", "file"):
+                raise ValueError(f"fallback: {self.fallback!r} is not a rule policy (policy_file, baseline:, file:)")
+        self.params()
+        return self
+
+    def params(self) -> WatchdogParams:
+        """As the watchdog's dataclass."""
+        return WatchdogParams(
+            self.min_attainment_frac,
+            self.trigger_intervals,
+            self.hold_intervals,
+            self.backoff,
+            self.max_hold_intervals,
+        )
+
+
 class ListenConfig(_Strict):
     """Where /healthz, /readyz and /metrics are served."""
 
@@ -173,6 +211,9 @@ class ControllerConfig(BaseSettings):
     guard: GuardConfig = GuardConfig()
     rules: QueueKvParams = Field(
         default_factory=QueueKvParams, description="marks of the baseline:queue_kv rule policy (policies.rules)"
+    )
+    watchdog: WatchdogConfig | None = Field(
+        None, description="SLO watchdog: hand control to a fallback rule policy while objectives are missed"
     )
     baseline_params: dict[str, float] = Field(
         default_factory=dict, description="parameters of a peer baseline (e.g. dynamo-throughput's throughputs)"

@@ -36,6 +36,7 @@ from policies.features import build_observation
 from policies.guard import Clamp, GuardResult, GuardState
 from policies.overrides import apply_overrides
 from policies.schema import ControlAction, MetricWindow, PoolTargets, RoutingThresholds
+from policies.watchdog import SloWatchdog
 
 __all__ = ["ControlLoop", "TickRecord", "classify"]
 
@@ -182,7 +183,7 @@ class ControlLoop:
             return ControlAction(reason="policy_error", policy_id=rt.policy.policy_id), f"{type(exc).__name__}: {exc}"
 
     async def _refresh_registry_policy(self, rt: Runtime) -> None:
-        policy = rt.policy
+        policy = rt.policy.primary if isinstance(rt.policy, SloWatchdog) else rt.policy
         if not isinstance(policy, RegistryPolicy):
             return
         before = policy.policy_id
@@ -191,7 +192,7 @@ class ControlLoop:
             self.telemetry.policy_loads.labels(result="error").inc()
         elif policy.policy_id != before:
             self.telemetry.policy_loads.labels(result="ok").inc()
-            self.telemetry.set_policy(policy.policy_id, rt.generation, rt.config.mode)
+            self.telemetry.set_policy(rt.policy.policy_id, rt.generation, rt.config.mode)
 
     async def _tick(self) -> TickRecord:
         rt = self.runtime
@@ -265,6 +266,13 @@ class ControlLoop:
         now = self.clock.now()
         t.override_active.set(sum(1 for o in polled.overrides if o.is_active(now)))
         t.rollback_active.set(1 if rollback else 0)
+        if isinstance(rt.policy, SloWatchdog):
+            state = rt.policy.state
+            t.watchdog_fallback.set(1 if state.in_fallback else 0)
+            if state.tripped:
+                t.watchdog_trips.inc()
+            if state.attainment_frac is not None:
+                t.watchdog_attainment.set(state.attainment_frac)
         t.override_refused.clear()
         for name in polled.refused:
             t.override_refused.labels(file=name).set(1)

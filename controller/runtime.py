@@ -19,6 +19,7 @@ from controller.config import (
     KubernetesActuatorConfig,
     PrometheusSourceConfig,
     RouterActuatorConfig,
+    WatchdogConfig,
 )
 from controller.policy_registry import RegistryPolicy
 from controller.sources.base import InstanceInfo, SeriesReader, Topology
@@ -30,7 +31,9 @@ from policies.base import Policy
 from policies.guard import SafetyGuard
 from policies.policy_file import PolicyFileError, ResolvedPolicy, load_policy_file, resolve_policy
 from policies.registry import PolicySpecError, load_policy
+from policies.rules import FilePolicy
 from policies.schema import PoolTargets, Tenant, TenantGroup
+from policies.watchdog import SloWatchdog
 
 __all__ = ["Runtime", "RuntimeConfigError", "build_runtime"]
 
@@ -94,6 +97,17 @@ def _initial_topology(config: ControllerConfig, groups: tuple[TenantGroup, ...])
     return Topology(pools={g.name: PoolTargets(g.min_prefill, g.min_decode) for g in groups})
 
 
+def _watched(policy: Policy, watchdog: WatchdogConfig, config: ControllerConfig, base: ResolvedPolicy) -> SloWatchdog:
+    """``policy`` under the SLO ``watchdog`` (its fallback loaded against ``base``)."""
+    spec = watchdog.fallback
+    fallback: Policy
+    if spec == "policy_file":
+        fallback = FilePolicy(base, f"file:{config.policy_file}")
+    else:
+        fallback = load_policy(spec, base, asdict(config.rules) if spec == "baseline:queue_kv" else {})
+    return SloWatchdog(policy, fallback, watchdog.params())
+
+
 def build_runtime(config: ControllerConfig, generation: int, started_s: float) -> Runtime:
     """Load and check everything ``config`` names.
 
@@ -108,6 +122,8 @@ def build_runtime(config: ControllerConfig, generation: int, started_s: float) -
         else:
             params = asdict(config.rules) if config.policy == "baseline:queue_kv" else config.baseline_params
             policy = load_policy(config.policy, base, params)
+        if config.watchdog is not None:
+            policy = _watched(policy, config.watchdog, config, base)
     except (PolicyFileError, PolicySpecError) as exc:
         raise RuntimeConfigError(str(exc)) from None
     groups = tuple(base.groups.values())

@@ -43,6 +43,19 @@ class Telemetry:
         self.override_refusals = Counter(
             p + "override_refusals_total", "Override files refused (invalid).", registry=registry
         )
+        self.watchdog_fallback = Gauge(
+            p + "watchdog_fallback",
+            "1 while the SLO watchdog's fallback policy decides instead of the configured policy.",
+            registry=registry,
+        )
+        self.watchdog_trips = Counter(
+            p + "watchdog_trips", "Times the SLO watchdog handed control to its fallback.", registry=registry
+        )
+        self.watchdog_attainment = Gauge(
+            p + "watchdog_slo_attainment_ratio",
+            "Priority- and rate-weighted SLO attainment of the last window, as the SLO watchdog saw it.",
+            registry=registry,
+        )
         self.policy_info = Gauge(
             p + "policy_info", "Running policy (value 1).", ["policy_id", "generation", "mode"], registry=registry
         )

@@ -6,7 +6,8 @@ the seed rule file and ``grid:`` (the grid-searched static optimum). ``--scenari
 output folder gets ``results.csv`` (means and 95 % CIs over seeds), ``results_seeds.csv``, ``results.json``,
 ``ranking.md``, ``goodput.png`` and per-scenario CDF and decision plots. ``expert:H`` (the clairvoyant lookahead
 expert of :mod:`agents.lookahead`) gets its own section in ``ranking.md``: how far switching between the baselines
-and the static configurations could go on each scenario. ``--sweep-rate`` also finds, per policy
+and the static configurations could go on each scenario. ``watchdog:PRIMARY`` runs a policy under the SLO
+watchdog of :mod:`policies.watchdog` (rows in the same section). ``--sweep-rate`` also finds, per policy
 and scenario, the highest request-rate multiplier at which ≥ 90 % of requests meet both SLOs
 (``sweep.json``, ``sweep.png``). Bad input prints one line and exits 2.
 """
@@ -118,7 +119,7 @@ def _ranking(ranked: Mapping[str, Sequence[Mapping[str, Any]]], console: Console
     return "\n".join(lines)
 
 
-_NOT_BASELINES = ("grid:", "learned:", "expert:")
+_NOT_BASELINES = ("grid:", "learned:", "expert:", "watchdog")
 """Specs that are not baselines (the best baseline is the best of the others)."""
 
 
@@ -168,9 +169,8 @@ def _learned_summary(ranked: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
         "| × grid optimum | share of SLO ceiling |",
         "|---|---|---|---:|---|---:|---:|---:|---:|",
     ]
-    learned_specs = sorted(
-        {r["policy"] for rs in ranked.values() for r in rs if r["policy"].startswith(("learned:", "expert:"))}
-    )
+    own_rows = ("learned:", "expert:", "watchdog")
+    learned_specs = sorted({r["policy"] for rs in ranked.values() for r in rs if r["policy"].startswith(own_rows)})
     for spec in learned_specs:
         for scenario, rows in sorted(ranked.items(), key=lambda kv: (kind.get(kv[0], "~"), kv[0])):
             own = next((r for r in rows if r["policy"] == spec), None)
@@ -334,7 +334,7 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         policies: str = typer.Option(
             "baselines",
             "--policies",
-            help="Comma list of specs (baseline:NAME, file:PATH, grid:, learned:PATH, expert:H).",
+            help="Comma list of specs (baseline:NAME, file:PATH, grid:, learned:PATH, expert:H, watchdog:PRIMARY).",
         ),
         seeds: str = typer.Option("0,1,2", "--seeds", help="Comma list of seeds."),
         workers: int | None = typer.Option(None, "--workers", help="Processes (default: min(CPUs, 2))."),

@@ -3,6 +3,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -286,3 +287,60 @@ def test_learned_summary_compares_with_best_baseline_grid_and_ceiling() -> None:
     assert "| 0.917× |" in lines[2]  # 5.5 / grid 6.0
     assert lines[2].endswith("| 55.0 % |")  # of the ceiling 10.0
     assert _learned_summary({"rag-surge-8": [row("baseline:a", 5.0)]}) == ""
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("watchdog:learned:/x/p", ("baseline:dynamo-legacy", "learned:/x/p")),
+        ("watchdog[baseline:aggregated]:baseline:vllm-proxy", ("baseline:aggregated", "baseline:vllm-proxy")),
+        ("watchdog[file:a.yaml]:file:b.yaml", ("file:a.yaml", "file:b.yaml")),
+    ],
+)
+def test_watchdog_specs_parse(spec: str, expected: tuple[str, str]) -> None:
+    assert ev.parse_watchdog_spec(spec) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("watchdog", "expected watchdog:PRIMARY or watchdog[FALLBACK]:PRIMARY"),
+        ("watchdog[baseline:aggregated]learned:x", "expected watchdog:PRIMARY or watchdog[FALLBACK]:PRIMARY"),
+        ("watchdog:expert:12", "the watchdog's primary must be baseline:NAME, file:PATH or learned:PATH"),
+        ("watchdog:grid:", "the watchdog's primary must be baseline:NAME, file:PATH or learned:PATH"),
+        ("watchdog:baseline:", "the watchdog's primary must be baseline:NAME, file:PATH or learned:PATH"),
+        ("watchdog[learned:x]:baseline:aggregated", "the watchdog's fallback must be baseline:NAME or file:PATH"),
+    ],
+)
+def test_bad_watchdog_specs_are_refused_in_one_line(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(f'policy spec {spec!r}: {message}')}$"):
+        ev.parse_watchdog_spec(spec)
+
+
+def test_watchdog_runs_hand_a_failing_primary_to_the_fallback(tiny_path: Path, tmp_path: Path) -> None:
+    from pdctl.cli import app
+
+    # Overload the tiny scenario so that every policy misses objectives: the watchdog must trip over the
+    # primary and its runs differ from the primary's own.
+    scenario = tiny_scenario(duration_s=180.0, rate_rps=30.0)
+    path = tmp_path / "hot.yaml"
+    path.write_text(yaml.safe_dump(scenario.model_dump(mode="json")))
+    spec = "watchdog[baseline:aggregated]:baseline:vllm-proxy"
+    policy = ev.make_policy(spec, resolve_scenario(path))
+    assert policy.policy_id == "watchdog[baseline:aggregated]:baseline:vllm-proxy"
+    plain = ev.run_one(ev.RunSpec("baseline:vllm-proxy", str(path), 0, record=True))
+    watched = ev.run_one(ev.RunSpec(spec, str(path), 0, record=True))
+    plain_all = next(r for r in plain.rows if r["tenant"] == "ALL")
+    watched_all = next(r for r in watched.rows if r["tenant"] == "ALL")
+    # After the trip, aggregated routes every prompt locally: far fewer KV bytes cross the network.
+    assert watched_all["transfer_bytes"] < 0.8 * plain_all["transfer_bytes"]
+    out = tmp_path / "out"
+    args = ["evaluate", "--scenarios", str(path), "--seeds", "0", "--out", str(out), "--workers", "1", "--no-plots"]
+    result = CliRunner().invoke(app, [*args, "--policies", f"baseline:vllm-proxy,{spec}"])
+    assert result.exit_code == 0, result.output
+    ranking = (out / "ranking.md").read_text()
+    assert "| vllm-proxy + watchdog (aggregated) | tiny |" in ranking  # its own row in "Learned policies"
+    assert "| tiny | vllm-proxy |" in ranking  # never the best baseline
+    bad = CliRunner().invoke(app, [*args, "--policies", "watchdog:expert:3"])
+    assert bad.exit_code == 2
+    assert "the watchdog's primary must be" in bad.output

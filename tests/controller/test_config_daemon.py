@@ -73,6 +73,11 @@ def test_json_config_is_accepted(tmp_path: Path) -> None:
          "instance ids must be unique"),
         ({"actuators": [{"kind": "dry_run"}, {"kind": "dry_run"}]}, "at most one actuator of each kind"),
         ({"source": {"kind": "scrape", "window_s": 0.5}}, "window_s must be at least interval_s"),
+        ({"watchdog": {"fallback": "learned:/x"}}, "fallback: 'learned:/x' is not a rule policy"),
+        ({"watchdog": {"fallback": "nope"}}, "watchdog: Value error, fallback: policy spec 'nope': expected one of"),
+        ({"watchdog": {"trigger_intervals": 0}}, "watchdog.trigger_intervals"),
+        ({"watchdog": {"hold_intervals": 30, "max_hold_intervals": 10}},
+         "watchdog max_hold_intervals (10) must be >= hold_intervals (30)"),
     ],
 )  # fmt: skip
 def test_invalid_configs_name_the_field(tmp_path: Path, overrides: dict[str, Any], message: str) -> None:
@@ -87,6 +92,9 @@ def test_runtime_checks_cross_references(tmp_path: Path) -> None:
     with pytest.raises(RuntimeConfigError, match="instance 'x' names tenant group 'nope'"):
         build_runtime(config, 1, 0.0)
     config = load_config(write_config(tmp_path, policy="baseline:missing"))
+    with pytest.raises(RuntimeConfigError, match="unknown baseline 'missing'"):
+        build_runtime(config, 1, 0.0)
+    config = load_config(write_config(tmp_path, watchdog={"fallback": "baseline:missing"}))
     with pytest.raises(RuntimeConfigError, match="unknown baseline 'missing'"):
         build_runtime(config, 1, 0.0)
     k8s = {"kind": "kubernetes", "api_url": "http://127.0.0.1:9", "token": "t", "groups": {"h": {

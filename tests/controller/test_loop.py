@@ -60,7 +60,7 @@ class FakeReader:
         return None
 
 
-def surge(ttft_rag_s: float = 0.5) -> Readout:
+def surge(ttft_rag_s: float = 0.5, slo_met: float | None = None) -> Readout:
     results: dict[Query, list[Row]] = {
         R["requests"]: [
             ({"tenant": "chat", "route": "local_prefill", "outcome": "ok"}, 10.0),
@@ -71,6 +71,8 @@ def surge(ttft_rag_s: float = 0.5) -> Readout:
         R["tpot_0.95"]: [({"tenant": "chat"}, 0.01), ({"tenant": "rag"}, 0.01)],
         INST["kv_usage"]: [({"instance_id": "d0"}, 0.2), ({"instance_id": "d1"}, 0.2)],
     }
+    if slo_met is not None:
+        results[R["slo_met"]] = [({"tenant": "chat"}, slo_met), ({"tenant": "rag"}, slo_met)]
     return Readout(results, 10.0, 0.0)
 
 
@@ -284,3 +286,32 @@ async def test_swap_keeps_the_policy_state_unless_the_base_file_changed(tmp_path
     await loop.swap(changed)
     assert loop.state.policy_thresholds["rag"].min_remote_input_tokens == 5000
     assert loop.state.published is None
+
+
+async def test_watchdog_hands_control_to_the_policy_file_while_objectives_are_missed(tmp_path: Path) -> None:
+    reader = FakeReader(surge(slo_met=1.0))  # 1 of 10 requests per tenant met both objectives: attainment 0.1
+    watchdog = {"fallback": "policy_file", "trigger_intervals": 2, "hold_intervals": 3}
+    loop, clock, telemetry = make_loop(tmp_path, reader, watchdog=watchdog)
+    assert loop.runtime.policy.policy_id == f"watchdog[file:{tmp_path / 'policy.yaml'}]:baseline:queue_kv"
+    reasons = []
+    for _ in range(4):
+        tick = await loop.tick()
+        reasons.append(tick.record["decision"]["reason"])
+        await clock.advance(1.0)
+    # Tick 1's window shows what ran before: not judged; ticks 2 and 3 fail under queue_kv; tick 3 trips.
+    assert [r.startswith("watchdog") for r in reasons] == [False, False, True, True]
+    assert reasons[2].startswith("watchdog: tripped (2 intervals below 0.5 SLO attainment, now 0.10)")
+    assert reasons[3].startswith("watchdog: fallback file:")
+    assert sample(telemetry, "pdctl_controller_watchdog_fallback") == 1
+    assert sample(telemetry, "pdctl_controller_watchdog_trips_total") == 1
+    assert sample(telemetry, "pdctl_controller_watchdog_slo_attainment_ratio") == pytest.approx(0.1)
+    # Objectives met again: the hold runs out (tick 5), queue_kv decides again (tick 6 not judged, tick 7 passes).
+    reader.readout = surge(slo_met=10.0)
+    reasons = []
+    for _ in range(3):
+        tick = await loop.tick()
+        reasons.append(tick.record["decision"]["reason"])
+        await clock.advance(1.0)
+    assert [r.startswith("watchdog") for r in reasons] == [True, False, False]
+    assert sample(telemetry, "pdctl_controller_watchdog_fallback") == 0
+    assert sample(telemetry, "pdctl_controller_watchdog_trips_total") == 1

@@ -1,0 +1,162 @@
+"""The SLO watchdog: when it trips, how long the fallback holds, what it restores, what it refuses."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from policies.base import Policy, PolicyContext
+from policies.baselines import make_baseline
+from policies.features import Observation, build_observation
+from policies.policy_file import load_policy_text, resolve_policy
+from policies.rules import FilePolicy
+from policies.schema import ControlAction, GroupWindow, MetricWindow, PoolTargets, TenantWindow
+from policies.watchdog import SloWatchdog, WatchdogParams, weighted_attainment
+
+POLICY = """
+pd_disaggregation_policy:
+  remote_prefill: {min_input_tokens: 4096}
+  local_prefill: {max_input_tokens: 2048}
+tenant_groups:
+  - {name: g, gpu_budget: 4, pools: {prefill: {min: 0, max: 3}, decode: {min: 1, max: 4}}}
+tenants:
+  - {name: chat, group: g, priority: 2.0, slo: {ttft_p95_ms: 500, tpot_p95_ms: 50}}
+  - {name: batch, group: g, priority: 0.5, slo: {ttft_p95_ms: 30000, tpot_p95_ms: 200}}
+"""
+RESOLVED = resolve_policy(load_policy_text(POLICY))
+TENANTS = tuple(tp.tenant for name, tp in RESOLVED.tenants.items() if name != "default")
+GROUPS = tuple(RESOLVED.groups.values())
+BASE = {name: tp.thresholds for name, tp in RESOLVED.tenants.items()}
+DEPLOYED = PoolTargets(2, 2)
+
+
+class AllPrefill:
+    """A primary that always asks for 3P1D (what a policy out of its depth might do)."""
+
+    policy_id = "test:all-prefill"
+
+    def decide(self, observation: Observation, context: PolicyContext) -> ControlAction:
+        del observation, context
+        return ControlAction(pools={"g": PoolTargets(3, 1)}, reason="primary", policy_id=self.policy_id)
+
+
+def step(policy: Policy, attainment: float | None, current: PoolTargets = DEPLOYED) -> ControlAction:
+    """One decision on a window where every tenant runs at 1 req/s with the given SLO attainment."""
+    known = attainment is not None
+    tenants = {
+        name: TenantWindow(request_rate_rps=1.0 if known else None, slo_attainment_frac=attainment)
+        for name in ("chat", "batch")
+    }
+    window = MetricWindow(100.0, 15.0, tenants, {"g": GroupWindow(current.num_prefill, current.num_decode)})
+    context = PolicyContext(TENANTS, GROUPS, {"g": current}, BASE, BASE, now_s=0.0, interval_s=15.0)
+    return policy.decide(build_observation(window, context.observation_context()), context)
+
+
+def watchdog(**params: float) -> SloWatchdog:
+    return SloWatchdog(AllPrefill(), FilePolicy(RESOLVED, "file:base"), WatchdogParams(**params))  # type: ignore[arg-type]
+
+
+def test_the_primary_decides_while_objectives_are_met() -> None:
+    wd = watchdog()
+    for _ in range(30):
+        action = step(wd, 0.9)
+        assert action.reason == "primary"
+        assert not wd.state.in_fallback
+    assert wd.state.trips == 0
+
+
+def test_trips_after_the_trigger_streak_restores_the_deployed_split_then_hands_back() -> None:
+    wd = watchdog(trigger_intervals=3, hold_intervals=5)
+    # The first window shows what ran before the primary: not judged. DEPLOYED is what the fallback restores.
+    assert step(wd, 0.2).reason == "primary"
+    assert wd.state.failing_streak == 0
+    assert step(wd, 0.2, PoolTargets(3, 1)).reason == "primary"
+    assert step(wd, 0.2, PoolTargets(3, 1)).reason == "primary"
+    tripped = step(wd, 0.2, PoolTargets(3, 1))
+    assert wd.state.tripped
+    assert wd.state.in_fallback
+    assert wd.state.trips == 1
+    assert tripped.reason.startswith("watchdog: tripped (3 intervals below 0.5 SLO attainment, now 0.20)")
+    assert tripped.reason.endswith("file_thresholds")
+    assert tripped.policy_id == "watchdog[file:base]:test:all-prefill"
+    assert tripped.pools == {"g": DEPLOYED}  # the file has no pool opinion: back to the split as deployed
+    assert tripped.thresholds == FilePolicy(RESOLVED, "file:base").decide(*_any()).thresholds
+    # Five fallback decisions in all (even while objectives are met again), then the primary is back.
+    reasons = [step(wd, 0.95, PoolTargets(2, 2)).reason for _ in range(5)]
+    assert [r.startswith("watchdog: fallback") for r in reasons] == [True] * 4 + [False]
+    assert reasons[-1] == "primary"
+    assert wd.state.failing_streak == 0
+
+
+def test_each_further_trip_doubles_the_hold_up_to_the_cap() -> None:
+    wd = watchdog(trigger_intervals=1, hold_intervals=3, backoff=2.0, max_hold_intervals=10)
+    pattern = "".join("F" if step(wd, 0.1).reason != "primary" else "P" for _ in range(40))
+    # Trigger 1 at a constant 0.1: the primary gets one interval back after each hold (the window after a hold
+    # shows the fallback's work and is not judged), its own window then trips the watchdog again.
+    assert pattern.startswith("PFFFPFFFFFFPFFFFFFFFFFP")
+    assert [len(r) for r in pattern.split("P") if r][:3] == [3, 6, 10]
+    assert [wd.params.hold_for(trip) for trip in (1, 2, 3, 5)] == [3, 6, 10, 10]
+
+
+def test_unknown_attainment_is_no_verdict_and_keeps_the_streak() -> None:
+    wd = watchdog(trigger_intervals=3)
+    step(wd, 0.1)  # not judged (first window)
+    step(wd, 0.1)
+    step(wd, 0.1)
+    for _ in range(10):
+        assert step(wd, None).reason == "primary"
+        assert wd.state.failing_streak == 2
+        assert wd.state.attainment_frac is None
+    step(wd, 0.1)
+    assert wd.state.tripped
+
+
+def test_a_recovered_interval_resets_the_streak() -> None:
+    wd = watchdog(trigger_intervals=3)
+    for value in (0.1, 0.1, 0.1, 0.6, 0.1, 0.1):
+        step(wd, value)
+    assert wd.state.trips == 0
+    assert wd.state.failing_streak == 2
+
+
+def test_attainment_is_weighted_by_priority_and_rate() -> None:
+    tenants = {
+        "chat": TenantWindow(request_rate_rps=4.0, slo_attainment_frac=0.5),
+        "batch": TenantWindow(request_rate_rps=2.0, slo_attainment_frac=1.0),
+    }
+    context = PolicyContext(TENANTS, GROUPS, {"g": DEPLOYED}, BASE, BASE)
+    observation = build_observation(MetricWindow(0.0, 15.0, tenants, {}), context.observation_context())
+    # chat 2.0 x 4 x 0.5 + batch 0.5 x 2 x 1.0 over 2.0 x 4 + 0.5 x 2
+    assert weighted_attainment(observation, context) == pytest.approx((4.0 + 1.0) / (8.0 + 1.0))
+    silent = build_observation(MetricWindow(0.0, 15.0, {}, {}), context.observation_context())
+    assert weighted_attainment(silent, context) is None
+
+
+def test_a_fallback_with_its_own_pool_opinion_keeps_it() -> None:
+    wd = SloWatchdog(AllPrefill(), make_baseline("aggregated"), WatchdogParams(trigger_intervals=1))
+    step(wd, 0.0)
+    action = step(wd, 0.0, PoolTargets(3, 1))
+    assert wd.state.in_fallback
+    assert action.pools["g"].num_prefill == 0  # aggregated: prefill pool at its min, not the deployed 2P2D
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("min_attainment_frac", 0.0, "watchdog min_attainment_frac must be within (0, 1], got 0.0"),
+        ("min_attainment_frac", 1.5, "watchdog min_attainment_frac must be within (0, 1], got 1.5"),
+        ("trigger_intervals", 0, "watchdog trigger_intervals must be >= 1, got 0"),
+        ("hold_intervals", 0, "watchdog hold_intervals must be >= 1, got 0"),
+        ("backoff", 0.5, "watchdog backoff must be >= 1, got 0.5"),
+        ("max_hold_intervals", 5, "watchdog max_hold_intervals (5) must be >= hold_intervals (20)"),
+    ],
+)
+def test_bad_parameters_are_refused_naming_the_field(field: str, value: float, message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        WatchdogParams(**{field: value})  # type: ignore[arg-type]
+
+
+def _any() -> tuple[Observation, PolicyContext]:
+    context = PolicyContext(TENANTS, GROUPS, {"g": DEPLOYED}, BASE, BASE)
+    return build_observation(MetricWindow(0.0, 15.0, {}, {}), context.observation_context()), context
