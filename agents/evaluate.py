@@ -50,6 +50,7 @@ from policies.features import Observation
 from policies.policy_file import load_policy_file, resolve_policy
 from policies.rules import QueueKvPolicy
 from policies.schema import ControlAction, Tenant
+from policies.watchdog import SloWatchdog
 
 __all__ = [
     "EXPERT_GRID_CANDIDATES",
@@ -231,8 +232,6 @@ def make_policy(
     as candidates besides :data:`EXPERT_TEACHERS`, and must be bound to its simulator before it decides.
     """
     if spec.startswith("watchdog"):
-        from policies.watchdog import SloWatchdog
-
         fallback, primary = parse_watchdog_spec(spec)
         return SloWatchdog(make_policy(primary, scenario), make_policy(fallback, scenario))
     kind, _, argument = spec.partition(":")
@@ -333,6 +332,8 @@ class RunResult:
     """Set when the run raised (the simulator or the policy); such a run has no rows."""
     expert_choices: dict[str, int] = field(default_factory=dict)
     """``expert:H`` only: how many intervals the expert acted as each candidate."""
+    watchdog: dict[str, int] = field(default_factory=dict)
+    """``watchdog:`` only: ``trips`` and ``fallback_intervals`` (intervals the fallback decided)."""
 
 
 def _quantiles(values: np.ndarray) -> tuple[float | None, float | None, float | None]:
@@ -368,10 +369,13 @@ def run_one(spec: RunSpec) -> RunResult:
         policy.bind(env)
     episode_return = 0.0
     churn = 0
+    fallback_intervals = 0
     timeline: list[dict[str, Any]] = []
     duration_s = env.scenario.duration_s
     while env.sim.now_s < duration_s - 1e-9:
         step = env.control(policy.decide(env.observation(), env.policy_context()))
+        if isinstance(policy, SloWatchdog) and policy.state.in_fallback:
+            fallback_intervals += 1
         episode_return += step.reward
         churn += step.changes
         if spec.record:
@@ -436,8 +440,14 @@ def run_one(spec: RunSpec) -> RunResult:
         row["churn_changes"] = churn
     rows.append(total)
     choices = dict(policy.chosen_intervals) if isinstance(policy, LookaheadPolicy) else {}
+    watchdog = (
+        {"trips": policy.state.trips, "fallback_intervals": fallback_intervals}
+        if isinstance(policy, SloWatchdog)
+        else {}
+    )
+    wall_s = time.perf_counter() - start
     return RunResult(
-        spec, env.scenario.name, rows, timeline, samples, time.perf_counter() - start, expert_choices=choices
+        spec, env.scenario.name, rows, timeline, samples, wall_s, expert_choices=choices, watchdog=watchdog
     )
 
 
@@ -616,7 +626,8 @@ def write_results(evaluation: Evaluation, out: Path, command: str) -> None:
     """``results.csv`` (aggregates), ``results_seeds.csv`` (per run), ``results.json`` (all, plus the command).
 
     ``results.json`` also has, per ``expert:H`` run, how many intervals the expert acted as each candidate
-    (``expert_choices``).
+    (``expert_choices``), and per ``watchdog:`` run its trips and the intervals its fallback decided
+    (``watchdog``).
     """
     import csv
 
@@ -643,6 +654,7 @@ def write_results(evaluation: Evaluation, out: Path, command: str) -> None:
         "expert_choices": {
             f"{r.spec.policy}|{r.scenario}|{r.spec.seed}": r.expert_choices for r in evaluation.runs if r.expert_choices
         },
+        "watchdog": {f"{r.spec.policy}|{r.scenario}|{r.spec.seed}": r.watchdog for r in evaluation.runs if r.watchdog},
     }
     (out / "results.json").write_text(json.dumps(payload, indent=1, default=_json_default) + "\n")
     (out / "COMMAND.txt").write_text(command + "\n")

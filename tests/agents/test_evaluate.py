@@ -334,10 +334,14 @@ def test_watchdog_runs_hand_a_failing_primary_to_the_fallback(tiny_path: Path, t
     watched_all = next(r for r in watched.rows if r["tenant"] == "ALL")
     # After the trip, aggregated routes every prompt locally: far fewer KV bytes cross the network.
     assert watched_all["transfer_bytes"] < 0.8 * plain_all["transfer_bytes"]
+    assert watched.watchdog["trips"] >= 1
+    assert 0 < watched.watchdog["fallback_intervals"] < len(watched.timeline)  # after the first 4 + 1 intervals
+    assert plain.watchdog == {}
     out = tmp_path / "out"
     args = ["evaluate", "--scenarios", str(path), "--seeds", "0", "--out", str(out), "--workers", "1", "--no-plots"]
     result = CliRunner().invoke(app, [*args, "--policies", f"baseline:vllm-proxy,{spec}"])
     assert result.exit_code == 0, result.output
+    assert json.loads((out / "results.json").read_text())["watchdog"] == {f"{spec}|tiny|0": watched.watchdog}
     ranking = (out / "ranking.md").read_text()
     assert "| vllm-proxy + watchdog (aggregated) | tiny |" in ranking  # its own row in "Learned policies"
     assert "| tiny | vllm-proxy |" in ranking  # never the best baseline
