@@ -50,7 +50,7 @@ from policies.features import Observation
 from policies.policy_file import load_policy_file, resolve_policy
 from policies.rules import QueueKvPolicy
 from policies.schema import ControlAction, Tenant
-from policies.watchdog import SloWatchdog
+from policies.watchdog import FALLBACK_KINDS, SloWatchdog
 
 __all__ = [
     "EXPERT_GRID_CANDIDATES",
@@ -282,7 +282,7 @@ def parse_watchdog_spec(spec: str) -> tuple[str, str]:
         raise ValueError(
             f"policy spec {spec!r}: the watchdog's primary must be baseline:NAME, file:PATH or learned:PATH"
         )
-    if not fallback.startswith(("baseline:", "file:")) or fallback.endswith(":"):
+    if not fallback.startswith(tuple(f"{kind}:" for kind in FALLBACK_KINDS)) or fallback.endswith(":"):
         raise ValueError(f"policy spec {spec!r}: the watchdog's fallback must be baseline:NAME or file:PATH")
     return fallback, primary
 

@@ -19,7 +19,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from policies.guard import GuardLimits
 from policies.registry import PolicySpecError, parse_policy_spec
 from policies.rules import QueueKvParams
-from policies.watchdog import WatchdogParams
+from policies.watchdog import FALLBACK_KINDS, WatchdogParams
 
 __all__ = [
     "ConfigError",
@@ -160,7 +160,7 @@ class WatchdogConfig(_Strict):
                 spec = parse_policy_spec(self.fallback)
             except PolicySpecError as exc:
                 raise ValueError(f"fallback: {exc}") from None
-            if spec.kind not in ("baseline", "file"):
+            if spec.kind not in FALLBACK_KINDS:
                 raise ValueError(f"fallback: {self.fallback!r} is not a rule policy (policy_file, baseline:, file:)")
         self.params()
         return self

@@ -35,7 +35,11 @@ from policies.base import Policy, PolicyContext
 from policies.features import Observation
 from policies.schema import ControlAction, PoolTargets
 
-__all__ = ["SloWatchdog", "WatchdogParams", "WatchdogState", "weighted_attainment"]
+__all__ = ["FALLBACK_KINDS", "SloWatchdog", "WatchdogParams", "WatchdogState", "weighted_attainment"]
+
+FALLBACK_KINDS: tuple[str, ...] = ("baseline", "file")
+"""Policy-spec kinds a fallback may be: rule policies, which need no training stack and cannot be out of their
+depth the way a learned policy can."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,17 +158,13 @@ class SloWatchdog:
                     f"attainment, now {attainment:.2f}); fallback {self.fallback.policy_id} for "
                     f"{p.hold_for(trips)} intervals (trip {trips})"
                 )
-        in_fallback = bool(reason)
+        in_fallback = tripped or s.hold_left_intervals > 0
         self.state = WatchdogState(in_fallback, streak, hold, trips, attainment, tripped)
         self._primary_decided_last = not in_fallback
         if not in_fallback:
             return self.primary.decide(observation, context)
         action = self.fallback.decide(observation, context)
-        pools = {
-            group: target
-            for group, target in self._restore_pools.items()
-            if group in context.current_pools and any(g.name == group for g in context.groups)
-        }
+        pools = {group: target for group, target in self._restore_pools.items() if group in context.current_pools}
         pools.update({g: t for g, t in action.pools.items() if t != context.current_pools.get(g)})
         return ControlAction(
             thresholds=action.thresholds,
