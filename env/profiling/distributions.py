@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from policies.scoring import histogram_quantile
+from policies.scoring import histogram_quantile, quantile
 
 __all__ = ["BucketDistribution", "Distribution", "SampleDistribution", "log2_edges"]
 
@@ -105,7 +105,8 @@ class SampleDistribution:
         if len(self.values) == 0:
             return math.nan
         if self.weights is None:
-            return float(np.percentile(self.values, 100.0 * q))
+            value = quantile(self.values, q)
+            return math.nan if value is None else value
         cdf = np.cumsum(self.weights)
         index = int(np.searchsorted(cdf, q * cdf[-1] * (1 - 1e-12), side="left"))
         return float(self.values[min(index, len(self.values) - 1)])
