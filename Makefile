@@ -8,6 +8,7 @@ PYTHON ?= python3
 BIN :=
 else
 VENV ?= .venv
+CREATE_VENV := 1
 PYTHON ?= $(VENV)/bin/python
 BIN := $(VENV)/bin/
 # Commands the recipes start (tests spawn `pdctl`, `prometheus` helpers…) see the environment as if activated.
@@ -22,7 +23,7 @@ DEFAULT_MARKERS := not slow and not benchmark and not train and not chaos
 .PHONY: venv install install-dev lock test test-all check lint format type imports bench chaos demo clean
 
 venv:
-ifndef VIRTUAL_ENV
+ifdef CREATE_VENV
 	@test -x $(PYTHON) || python3 -m venv $(VENV)
 endif
 
