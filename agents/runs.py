@@ -76,8 +76,12 @@ def running(env: PDClusterEnv) -> bool:
 
 
 def control_interval(env: PDClusterEnv, policy: Policy) -> ControlStep:
-    """One control interval: observe, let ``policy`` decide, and carry the decision out (guard, simulate)."""
-    return env.control(policy.decide(env.observation(), env.policy_context()))
+    """One control interval: the env's control step asks ``policy``, guards the decision and simulates it.
+
+    The policy is asked on this interval's observation and context, as the controller's tick asks it
+    (:func:`policies.control.control_step`).
+    """
+    return env.control(policy)
 
 
 def run_episode(

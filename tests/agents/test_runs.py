@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agents.policy_specs import make_policy
-from agents.runs import control_interval, episode_env, run_episode, running
+from agents.runs import episode_env, run_episode, running
 from env.gym_env import ControlStep, PDClusterEnv
 from policies.base import PolicyContext
 from policies.features import Observation, ObservationLayout
@@ -34,7 +34,10 @@ def test_the_loop_is_the_env_driven_by_hand() -> None:
     by_hand = PDClusterEnv(scenario)
     by_hand.reset(seed=5)
     same = make_policy("baseline:queue_kv", scenario)
-    rewards = [control_interval(by_hand, same).reward for _ in range(by_hand.num_steps)]
+    rewards = [
+        by_hand.control(same.decide(by_hand.observation(), by_hand.policy_context())).reward
+        for _ in range(by_hand.num_steps)
+    ]
     assert not running(by_hand)
     sim = by_hand.drain()
     assert rewards == [step.reward for step in seen]
