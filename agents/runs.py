@@ -3,8 +3,9 @@
 Evaluation runs (:mod:`agents.harness`), ``pdctl sim``, the lookahead expert's copies (:mod:`agents.lookahead`)
 and the capacity planner's probes (:mod:`agents.plan`) all drive :class:`env.gym_env.PDClusterEnv` through
 :func:`run_episode`, one interval at a time with :func:`control_interval`, so a policy is judged by the same
-code path wherever it runs. The env is used through its public methods only (``reset``, ``observation``,
-``policy_context``, ``control``, ``drain``).
+code path wherever it runs. Control goes through the env's public methods only (``reset``, ``control``,
+``drain``); the loop reads the simulated clock from ``env.sim``, and an episode with a stop check (the planner's
+early stop) drains on ``env.sim`` one interval at a time before the final ``drain``.
 
 :func:`episode_env` builds the env for a policy: a policy with fixed thresholds (:class:`policies.rules.FilePolicy`:
 a policy file or a static configuration) is in force from the first simulated second (as a router started with
@@ -62,7 +63,7 @@ class Episode:
     Attributes:
         sim: the simulator (drained unless ``stopped``).
         intervals: control intervals decided.
-        stopped: whether the interval hook ended the episode early (then in-flight requests were not drained).
+        stopped: whether the stop check ended the episode early (then in-flight requests were not drained).
     """
 
     sim: ClusterSimulator
