@@ -110,12 +110,17 @@ DEFAULT_LEVELS_TOKENS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
 GROUP_NAME = "main"
 _REPO_ROOT = Path(__file__).resolve().parents[1]
 _CODE_PATHS = (
+    "agents/runs.py",
+    "env/gym_env.py",
     "env/sim",
     "env/perf",
     "env/workloads",
     "env/scenario.py",
+    "policies/control.py",
+    "policies/guard.py",
     "policies/routing.py",
     "policies/route_levels.py",
+    "policies/rules.py",
     "policies/schema.py",
 )
 _PARETO_GRID_FRACS = (0.25, 0.5, 0.75, 1.0, 1.25)
@@ -428,7 +433,11 @@ class Probe:
 
 @cache
 def code_version() -> str:
-    """Hash of the source that decides what a probe returns (simulator, perf model, workloads, routing, planner)."""
+    """Hash of the source that decides what a probe returns (simulator to planner, see ``_CODE_PATHS``).
+
+    Besides the simulator, performance model, workloads and routing, that is the episode loop and the control
+    step a probe runs through.
+    """
     digest = hashlib.sha256(f"plan-v{PLAN_VERSION}".encode())
     files: list[Path] = [Path(__file__)]
     for rel in _CODE_PATHS:
