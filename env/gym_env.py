@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +152,10 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
     ## Arguments
 
     ``scenario`` (name in ``experiments/scenarios``, path or :class:`~env.scenario.Scenario`; a reset may switch
-    it with ``options={"scenario": ...}``), ``layout``, ``reward_weights``, ``guard_limits`` (default: the
+    it with ``options={"scenario": ...}``), ``layout`` (given, it is fixed — what a learned policy was trained
+    on — and a scenario with more groups or tenants than its slots is refused in one line; left out, the default
+    layout grows to fit every scenario the env is given, so rule-based and baseline policies run scenarios of any
+    size, and the spaces are those of the grown layout), ``reward_weights``, ``guard_limits`` (default: the
     controller's defaults), ``base_thresholds``, ``initial_pools`` (group → (prefill, decode)), ``traces_dir``.
     All randomness (workload arrivals and lengths, KV-transfer failures) is drawn from the seed given to
     :meth:`reset`; the same seed gives the same trajectory. Workloads are cached per (scenario, episode seed).
@@ -179,15 +182,13 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
         initial_pools: Mapping[str, tuple[int, int]] | None = None,
         traces_dir: str | Path | None = None,
     ) -> None:
-        self.layout = layout or ObservationLayout()
-        self.codec = ActionCodec(self.layout)
+        self._fixed_layout = layout is not None
+        self._set_layout(layout or ObservationLayout())
         self.reward_weights = reward_weights or RewardWeights()
         self.guard = SafetyGuard(guard_limits or GuardLimits())
         self._base_override = dict(base_thresholds or {})
         self._initial_pools = dict(initial_pools or {})
         self._traces_dir = traces_dir
-        self.observation_space = self.layout.observation_space()
-        self.action_space = self.codec.action_space()
         self._profiles: dict[tuple[str, str], OperatorProfile] = {}
         self._workloads: OrderedDict[tuple[int, int], dict[str, RequestColumns]] = OrderedDict()
         self._set_scenario(resolve_scenario(scenario, traces_dir))
@@ -200,12 +201,32 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
 
     # ------------------------------------------------------------------------------------------- scenario
 
-    def _set_scenario(self, scenario: Scenario) -> None:
-        if len(scenario.tenant_groups) > self.layout.max_groups or len(scenario.tenants) > self.layout.max_tenants:
+    def _set_layout(self, layout: ObservationLayout) -> None:
+        self.layout = layout
+        self.codec = ActionCodec(layout)
+        self.observation_space = layout.observation_space()
+        self.action_space = self.codec.action_space()
+
+    def _fit_layout(self, scenario: Scenario) -> None:
+        """A given (fixed) layout must hold the scenario; without one the slots grow to fit it (never shrink)."""
+        num_groups, num_tenants = len(scenario.tenant_groups), len(scenario.tenants)
+        if num_groups <= self.layout.max_groups and num_tenants <= self.layout.max_tenants:
+            return
+        if self._fixed_layout:
             raise ValueError(
-                f"scenario {scenario.name}: {len(scenario.tenant_groups)} groups / {len(scenario.tenants)} tenants "
+                f"scenario {scenario.name}: {num_groups} groups / {num_tenants} tenants "
                 f"exceed the layout's {self.layout.max_groups} / {self.layout.max_tenants} slots"
             )
+        self._set_layout(
+            replace(
+                self.layout,
+                max_groups=max(self.layout.max_groups, num_groups),
+                max_tenants=max(self.layout.max_tenants, num_tenants),
+            )
+        )
+
+    def _set_scenario(self, scenario: Scenario) -> None:
+        self._fit_layout(scenario)
         if self._initial_pools:
             groups = []
             for g in scenario.tenant_groups:
