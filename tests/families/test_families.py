@@ -223,3 +223,70 @@ def test_cli_refuses_a_bad_family_naming_file_and_field(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert f"{bad}:" in result.output
     assert "tenants.count" in result.output
+
+
+def _only(data: dict[str, Any], pattern: str, **changes: Any) -> Any:
+    return _family(data, patterns__weights={pattern: 1}, network__weights={"healthy": 1}, **changes)
+
+
+def test_surge_and_flood_raise_one_tenant_for_a_window(family_data: dict[str, Any]) -> None:
+    for pattern, knob, short in (("surge", "surge_factor", False), ("flood", "flood_factor", True)):
+        family = _only(family_data, pattern, tenants__archetypes={"chat": 1, "rag": 1})
+        low, high = getattr(family.patterns, knob).min, getattr(family.patterns, knob).max
+        for seed in range(20):
+            scenario = generate_scenario(family, seed)
+            steps = [t for t in scenario.tenants if t.workload.kind == "step"]
+            assert len(steps) == 1
+            segments = steps[0].workload.segments  # type: ignore[union-attr]
+            assert len(segments) == 3
+            assert segments[0].start_s == 0.0 < segments[1].start_s < segments[2].start_s
+            factor = segments[1].rate_rps / segments[0].rate_rps
+            assert low * 0.999 <= factor <= high * 1.001
+            assert segments[2].rate_rps == segments[0].rate_rps
+            kinds = {ARCHETYPES[t.name.rsplit("-", 1)[0]].short for t in scenario.tenants}
+            if short in kinds:  # the wanted kind is raised when the scenario has one (else any tenant)
+                assert ARCHETYPES[steps[0].name.rsplit("-", 1)[0]].short == short
+
+
+def test_ramp_climbs_past_capacity_and_shift_trades_shares(family_data: dict[str, Any]) -> None:
+    ramp = _only(family_data, "ramp", load__capacity_frac={"min": 0.4, "max": 0.4})
+    for seed in range(5):
+        for tenant in generate_scenario(ramp, seed).tenants:
+            rates = [s.rate_rps for s in tenant.workload.segments]  # type: ignore[union-attr]
+            assert rates == sorted(rates)
+            assert rates[-1] / rates[0] >= ramp.patterns.ramp_end_capacity_frac.min / 0.4 * 0.999
+    shift = _only(family_data, "shift", groups__count={"min": 1, "max": 1}, tenants__count={"min": 3, "max": 3})
+    tenants = generate_scenario(shift, 4).tenants
+    before = [t.workload.segments[0].rate_rps for t in tenants]  # type: ignore[union-attr]
+    after = [t.workload.segments[1].rate_rps for t in tenants]  # type: ignore[union-attr]
+    assert after == before[::-1]
+
+
+def test_network_kinds_follow_the_knobs(family_data: dict[str, Any]) -> None:
+    degraded = _family(family_data, network__weights={"degraded": 1})
+    incident = _family(family_data, network__weights={"incident": 1})
+    for seed in range(10):
+        net = generate_scenario(degraded, seed).cluster.network
+        assert 1e9 * 0.99 <= net.link_bandwidth_bytes_per_s <= 1e10 * 1.01
+        assert 0.02 * 0.99 <= net.failure_prob <= 0.1 * 1.01
+        assert not net.incidents
+        scenario = generate_scenario(incident, seed)
+        assert 1 <= len(scenario.cluster.network.incidents) <= 2
+        assert scenario.cluster.network.link_bandwidth_bytes_per_s == 4.5e10
+
+
+def test_same_bytes_in_another_process(tmp_path: Path) -> None:
+    """No hidden state: another interpreter (other hash seed) writes the same file."""
+    import os
+    import subprocess
+    import sys
+
+    family = load_family(DEFAULT)
+    code = (
+        "import sys; from env.families import load_family, scenario_yaml; "
+        "sys.stdout.write(scenario_yaml(load_family(sys.argv[1]), 20004))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "123"}
+    command = [sys.executable, "-c", code, str(DEFAULT)]
+    out = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
+    assert out.stdout == scenario_yaml(family, 20004)
