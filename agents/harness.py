@@ -141,7 +141,10 @@ def run_one(spec: RunSpec) -> RunResult:
     start = time.perf_counter()
     scenario = scale_rates(resolve_scenario(Path(spec.scenario_path), spec.traces_dir), spec.rate_scale)
     policy = make_policy(spec.policy, scenario, spec.grid_point, spec.candidate_points)
-    env = episode_env(scenario, policy, spec.traces_dir)
+    try:  # only a learned policy fixes the slot layout; rule policies run scenarios of any size
+        env = episode_env(scenario, policy, spec.traces_dir)
+    except ValueError as exc:
+        raise ValueError(f"policy {spec.policy}: {exc}") from None
     tally = _Tally()
 
     def on_interval(env: PDClusterEnv, step: ControlStep) -> None:

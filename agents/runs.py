@@ -10,7 +10,8 @@ early stop) drains on ``env.sim`` one interval at a time before the final ``drai
 :func:`episode_env` builds the env for a policy: a policy with fixed thresholds (:class:`policies.rules.FilePolicy`:
 a policy file or a static configuration) is in force from the first simulated second (as a router started with
 that file would be), every other policy starts from the seed's thresholds and decides after the first interval;
-a learned policy fixes the slot layout it was trained on, a rule policy gets one that fits the scenario.
+a learned policy fixes the slot layout it was trained on (:func:`policies.registry.fixed_layout`), for a rule
+policy the env's layout grows to fit the scenario.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from env.gym_env import ControlStep, PDClusterEnv
 from env.scenario import Scenario
 from env.sim.simulator import ClusterSimulator
 from policies.base import Policy
-from policies.features import ObservationLayout
 from policies.registry import fixed_layout
 from policies.rules import FilePolicy
 
@@ -130,31 +130,17 @@ def _drain_until(env: PDClusterEnv, stop: StopCheck) -> bool:
     return False
 
 
-def _layout_for(scenario: Scenario, policy: Policy) -> ObservationLayout:
-    trained = fixed_layout(policy)
-    if trained is not None:
-        return trained
-    default = ObservationLayout()
-    return ObservationLayout(
-        max_groups=max(default.max_groups, len(scenario.tenant_groups)),
-        max_tenants=max(default.max_tenants, len(scenario.tenants)),
-    )
-
-
 def episode_env(
     scenario: Scenario, policy: Policy, traces_dir: str | Path | None = None, **env_options: Any
 ) -> PDClusterEnv:
     """The env ``policy`` runs ``scenario`` in (module docstring); ``env_options`` go to the env as they are.
 
     Raises:
-        ValueError: one line naming the policy, when the scenario does not fit a learned policy's layout.
+        ValueError: the scenario does not fit a learned policy's slot layout (one line naming the scenario).
     """
     if isinstance(policy, FilePolicy) and "base_thresholds" not in env_options:
         env_options["base_thresholds"] = {t.name: policy.thresholds_for(t.name) for t in scenario.tenants}
-    try:
-        return PDClusterEnv(scenario, layout=_layout_for(scenario, policy), traces_dir=traces_dir, **env_options)
-    except ValueError as exc:
-        raise ValueError(f"policy {policy.policy_id}: {exc}") from None
+    return PDClusterEnv(scenario, layout=fixed_layout(policy), traces_dir=traces_dir, **env_options)
 
 
 def scale_rates(scenario: Scenario, factor: float) -> Scenario:

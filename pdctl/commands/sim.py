@@ -68,8 +68,8 @@ def _run(scenario_path: Path, policy_spec: str, seed: int | None, json_out: Path
     policy = _policy(policy_spec, scenario)
     try:
         env = episode_env(scenario, policy, traces)
-    except (ValueError, ProfileError) as exc:
-        raise _fail(f"{scenario_path}: {str(exc).splitlines()[0]}") from None
+    except ValueError as exc:
+        raise _fail(f"policy {policy_spec}: {str(exc).splitlines()[0]}") from None
     start = time.perf_counter()
     try:
         sim = run_episode(env, policy, run_seed).sim
