@@ -107,6 +107,8 @@ async def measure(tmp_path: Path, scenario_text: str = SCENARIO, policy_text: st
         options = LoadOptions(url=c.url, time_scale=TIME_SCALE, max_duration_s=300, request_timeout_s=120)
         results = await replay(specs, options)
         records = c.records()
+        # every remote plan stopped counting as incoming on its decode instance once its prefill leg was over
+        assert [i.incoming for i in c.router.registry.instances.values()] == [0, 0, 0]
     live = {s.tenant: s for s in summarize(results)}["chat"]
     assert live.num_errors == 0
     routes = [r["route"] for r in records]
