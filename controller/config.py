@@ -134,10 +134,24 @@ class GuardConfig(_Strict):
     cooldown_s: Annotated[float, Field(ge=0)] = 60.0
     hysteresis_ticks: Annotated[int, Field(ge=1)] = 2
     max_staleness_s: Annotated[float, Field(ge=0)] = 30.0
+    threshold_dead_band_frac: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.05, description="a routing-threshold change smaller than this fraction of its value is held (0 = off)"
+    )
+    threshold_reversal_hold_s: Annotated[float, Field(ge=0)] = Field(
+        600.0,
+        description="seconds after a threshold moved during which a move back the other way is refused (0 = off)",
+    )
 
     def limits(self) -> GuardLimits:
         """As the guard's dataclass."""
-        return GuardLimits(self.max_step_per_tick, self.cooldown_s, self.hysteresis_ticks, self.max_staleness_s)
+        return GuardLimits(
+            self.max_step_per_tick,
+            self.cooldown_s,
+            self.hysteresis_ticks,
+            self.max_staleness_s,
+            self.threshold_dead_band_frac,
+            self.threshold_reversal_hold_s,
+        )
 
 
 class WatchdogConfig(_Strict):

@@ -61,11 +61,12 @@ def _surges() -> list[list[float]]:
     return segments
 
 
-def week_scenario(tmp_path: Path) -> Path:
+def week_scenario(tmp_path: Path, days: int = DAYS) -> Path:
+    """The soak scenario over ``days`` simulated days (the daily surges of the week, cut at the end)."""
     doc: dict[str, Any] = {
         "name": "soak-week-8",
         "description": "one simulated week: diurnal chat and RAG, daily batch surges, 2 % KV transfer failures",
-        "duration_s": DAYS * DAY_S,
+        "duration_s": days * DAY_S,
         "control_interval_s": INTERVAL_S,
         "seed": 7,
         "cluster": {
