@@ -26,10 +26,13 @@ thresholds change at most once per ``cooldown_s``; then **threshold hysteresis**
   :class:`~policies.schema.RoutingThresholds`, :data:`ORDERED_THRESHOLD_FIELDS`) by less than
   ``threshold_dead_band_frac`` of its value, and changes nothing else, is held;
 * *reversal hold*: a change that moves an ordered threshold in the direction opposite to that field's last
-  applied move, within ``threshold_reversal_hold_s`` of that move, is refused (the whole change: the tenant's
-  thresholds stay as they are). A policy that lowers a tenant's remote-prefill threshold and relaxes it back
-  the next interval (the 544 reversals per simulated week of ``benchmarks/results/soak.md``) so settles on one
-  side for at least the hold.
+  applied move, within ``threshold_reversal_hold_s`` of that move, **by the same deciding policy**
+  (``ControlAction.policy_id``), is refused (the whole change: the tenant's thresholds stay as they are). A
+  policy that lowers a tenant's remote-prefill threshold and relaxes it back the next interval (the 544
+  reversals per simulated week of ``benchmarks/results/soak.md``) so settles on one side for at least the hold.
+  A move by another policy is not held: a handover (the SLO watchdog's fallback taking over from the primary,
+  or a reloaded policy) exists to undo what the previous policy did, at once; the watchdog's own hold bounds
+  how often handovers happen.
 
 Changes of the non-ordered fields (booleans such as ``disaggregation_enabled``, the route rule, fallback
 actions, models, buckets) pass the dead band and have no direction: only the cooldown applies to them. An
@@ -139,10 +142,11 @@ class GroupGuardState:
 
 @dataclass(frozen=True, slots=True)
 class ThresholdMove:
-    """The last applied move of one ordered threshold field: its direction (+1 up, -1 down) and when."""
+    """The last applied move of one ordered threshold field: its direction (+1 up, -1 down), when, and by whom."""
 
     direction: int
     at_s: float
+    policy_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,7 +339,7 @@ class SafetyGuard:
                 next_states[name] = replace(next_states[name], streak_direction=(0, 0), streak_ticks=0)
         tenant_changes = dict(state.tenants)
         moves = dict(state.threshold_moves)
-        thresholds = self._thresholds(action.thresholds, context, stale, clamps, tenant_changes, moves)
+        thresholds = self._thresholds(action, context, stale, clamps, tenant_changes, moves)
         guarded = ControlAction(thresholds=thresholds, pools=pools, reason=action.reason, policy_id=action.policy_id)
         return GuardResult(guarded, tuple(clamps), GuardState(next_states, tenant_changes, moves))
 
@@ -376,7 +380,7 @@ class SafetyGuard:
 
     def _thresholds(
         self,
-        requested: Mapping[str, RoutingThresholds],
+        action: ControlAction,
         context: PolicyContext,
         stale: bool,
         clamps: list[Clamp],
@@ -385,7 +389,7 @@ class SafetyGuard:
     ) -> dict[str, RoutingThresholds]:
         known = {t.name for t in context.tenants}
         out: dict[str, RoutingThresholds] = {}
-        for tenant, thresholds in requested.items():
+        for tenant, thresholds in action.thresholds.items():
             if tenant not in known:
                 clamps.append(Clamp("tenant", tenant, ClampReason.UNKNOWN_TENANT, "not in the policy"))
                 continue
@@ -399,7 +403,7 @@ class SafetyGuard:
                     left_s = self.limits.cooldown_s - (context.now_s - last_s)
                     clamps.append(Clamp("tenant", tenant, ClampReason.THRESHOLD_COOLDOWN, f"{left_s:.1f} s left"))
                     continue
-                held = self._hysteresis(tenant, current, thresholds, moves.get(tenant, {}), context.now_s)
+                held = self._hysteresis(tenant, current, thresholds, moves.get(tenant, {}), context.now_s, action)
                 if held is not None:
                     clamps.append(held)
                     continue
@@ -407,7 +411,7 @@ class SafetyGuard:
                 applied = _ordered_directions(current, thresholds)
                 moves[tenant] = {
                     **moves.get(tenant, {}),
-                    **{name: ThresholdMove(sign, context.now_s) for name, sign in applied.items()},
+                    **{name: ThresholdMove(sign, context.now_s, action.policy_id) for name, sign in applied.items()},
                 }
             out[tenant] = thresholds
         return out
@@ -419,6 +423,7 @@ class SafetyGuard:
         requested: RoutingThresholds,
         last_moves: Mapping[str, ThresholdMove],
         now_s: float,
+        action: ControlAction,
     ) -> Clamp | None:
         """The clamp that holds ``current`` -> ``requested`` (dead band or reversal), ``None`` if it may pass."""
         limits = self.limits
@@ -433,7 +438,7 @@ class SafetyGuard:
                 return Clamp("tenant", tenant, ClampReason.THRESHOLD_DEAD_BAND, detail)
         for name, sign in _ordered_directions(current, requested).items():
             last = last_moves.get(name)
-            if last is None or last.direction != -sign:
+            if last is None or last.direction != -sign or last.policy_id != action.policy_id:
                 continue
             age_s = now_s - last.at_s
             if age_s < limits.threshold_reversal_hold_s:

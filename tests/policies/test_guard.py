@@ -349,3 +349,21 @@ def test_guard_limits_refuse_bad_hysteresis_knobs() -> None:
         GuardLimits(threshold_dead_band_frac=1.0)
     with pytest.raises(ValueError, match=r"^threshold_reversal_hold_s must be >= 0, got -1\.0$"):
         GuardLimits(threshold_reversal_hold_s=-1.0)
+
+
+def test_a_handover_to_another_policy_may_reverse_at_once() -> None:
+    guard = SafetyGuard(GuardLimits(cooldown_s=0.0, threshold_reversal_hold_s=600.0))
+    base, raised = RoutingThresholds(), RoutingThresholds(min_remote_input_tokens=4096)
+    ctx = replace(context(PoolTargets(2, 4), now_s=1000.0), current_thresholds={"a": base})
+    first = guard.apply(
+        ControlAction(thresholds={"a": raised}, policy_id="learned:x"), ctx, window(PoolTargets(2, 4)), GuardState()
+    )
+    assert first.state.threshold_moves["a"]["min_remote_input_tokens"] == ThresholdMove(1, 1000.0, "learned:x")
+    later = replace(ctx, now_s=1060.0, current_thresholds={"a": raised})
+    back = ControlAction(thresholds={"a": base}, policy_id="learned:x")
+    assert guard.apply(back, later, window(PoolTargets(2, 4)), first.state).action.thresholds == {}
+    # The watchdog's fallback (another policy id) undoes the primary's move at once.
+    fallback = ControlAction(thresholds={"a": base}, policy_id="watchdog[baseline:dynamo-legacy]:learned:x")
+    handed = guard.apply(fallback, later, window(PoolTargets(2, 4)), first.state)
+    assert handed.action.thresholds == {"a": base}
+    assert [c.reason for c in handed.clamps] == []
