@@ -16,8 +16,9 @@ future, so it bounds what switching between those candidates can win rather than
 the SLO watchdog of :mod:`policies.watchdog` (default parameters) with a ``baseline:`` or ``file:`` fallback
 (:data:`WATCHDOG_FALLBACK` when none is named), as the controller does with ``watchdog:`` in its configuration.
 
-Scores per tenant (and an ``ALL`` row per run): TTFT/TPOT p50/p95/p99 over finished requests; SLO attainment =
-requests meeting both objectives / requests that arrived in the episode (unfinished requests count as misses);
+Scores per tenant (and an ``ALL`` row per run), as :mod:`policies.scoring` defines them: TTFT/TPOT p50/p95/p99
+over finished requests; SLO attainment = requests meeting both objectives / requests that arrived in the episode
+(failed and unfinished requests count as misses);
 goodput = SLO-meeting requests per second of ``duration_s``; goodput per GPU = goodput / mean GPUs held;
 GPU-seconds (the tenant's group; the cluster for ``ALL``); churn = instances added, removed or switched;
 failures; KV bytes transferred. ``ALL`` also carries the priority-weighted goodput (the ranking metric) and the
@@ -50,6 +51,7 @@ from policies.features import Observation
 from policies.policy_file import load_policy_file, resolve_policy
 from policies.rules import QueueKvPolicy
 from policies.schema import ControlAction, Tenant
+from policies.scoring import count_slo_met, quantiles, slo_attainment_frac
 from policies.watchdog import FALLBACK_KINDS, SloWatchdog
 
 __all__ = [
@@ -337,18 +339,16 @@ class RunResult:
 
 
 def _quantiles(values: np.ndarray) -> tuple[float | None, float | None, float | None]:
-    if values.size == 0:
-        return None, None, None
-    q = np.quantile(values, [0.5, 0.95, 0.99])
-    return float(q[0]), float(q[1]), float(q[2])
+    p50, p95, p99 = quantiles(values, (0.5, 0.95, 0.99))
+    return p50, p95, p99
 
 
 def slo_met(sim: ClusterSimulator, tenant_index: int) -> int:
-    """Finished requests of one tenant that met both its TTFT and TPOT objectives."""
+    """Finished requests of one tenant that met both its TTFT and TPOT objectives (:mod:`policies.scoring`)."""
     finished: list[SimRequest] = sim.finished[tenant_index]
     ttft = np.fromiter((r.ttft_s for r in finished), dtype=np.float64, count=len(finished))
     tpot = np.fromiter((r.tpot_s for r in finished), dtype=np.float64, count=len(finished))
-    return int(np.sum((ttft <= sim.slo_ttft_s[tenant_index]) & (tpot <= sim.slo_tpot_s[tenant_index])))
+    return count_slo_met(ttft, tpot, sim.slo_ttft_s[tenant_index], sim.slo_tpot_s[tenant_index])
 
 
 def weighted_goodput_rps(sim: ClusterSimulator, tenants: Sequence[Tenant], duration_s: float) -> float:
@@ -399,7 +399,7 @@ def run_one(spec: RunSpec) -> RunResult:
             arrived=len(arrived),
             finished=len(finished),
             failed=sum(1 for r in arrived if r.status == SimRequest.FAILED),
-            slo_attainment_frac=met / len(arrived) if arrived else None,
+            slo_attainment_frac=slo_attainment_frac(met, len(arrived)),
             goodput_rps=met / duration_s,
             goodput_per_gpu_rps=(met / duration_s) / group_gpus if group_gpus > 0 else None,
             gpu_seconds=group_gpu_s[tenant.group],
@@ -424,7 +424,7 @@ def run_one(spec: RunSpec) -> RunResult:
         arrived=all_arrived,
         finished=len(finished_all),
         failed=sum(r["failed"] for r in rows),
-        slo_attainment_frac=all_met / all_arrived if all_arrived else None,
+        slo_attainment_frac=slo_attainment_frac(all_met, all_arrived),
         goodput_rps=all_met / duration_s,
         weighted_goodput_rps=weighted,
         offered_weighted_rps=offered,

@@ -14,8 +14,8 @@ TPOT objectives, found by bisection over ``m`` on the grid ``2 ** (k / steps_per
 default, the same grid for every configuration and stage). Every probe is one simulator run of ``horizon_s``
 seconds of arrivals (plus a drain), on the same seed for every configuration (common random numbers), scored
 by the simulator's own summary (:func:`env.sim.summary.summarize`: goodput = requests meeting both objectives
-per second of horizon; attainment here is over *arrived* requests, so unfinished and rejected requests count
-as misses, as in :mod:`agents.evaluate`). A search probe stops early once its attainment can no longer reach
+per second of horizon; attainment is over *arrived* requests, so unfinished and rejected requests count as
+misses, as everywhere (:mod:`policies.scoring`)). A search probe stops early once its attainment can no longer reach
 the target (only a failing run can stop); tables and the front use complete runs. The best configuration has
 the highest sustainable rate; ties (within one grid step) go to fewer per-tenant exceptions (an exception must
 raise the capacity), then the higher attainment at the first failing multiplier (run to the end for the tied
@@ -76,6 +76,7 @@ from env.scenario import ClusterConfig, Scenario, ScenarioError, SloConfig, Tena
 from env.workloads.config import WorkloadConfig, parse_workload_config
 from env.workloads.errors import WorkloadError
 from policies.schema import FallbackAction, RouteRule, RoutingThresholds
+from policies.scoring import count_slo_met, slo_attainment_frac
 
 __all__ = [
     "AGGREGATED",
@@ -516,7 +517,7 @@ def run_probe(scenario: Scenario, config: PlanConfig, rate_scale: float, stop_be
         complete = _run_until_hopeless(sim, end_s, horizon_s / _CHECKS_PER_HORIZON, stop_below_frac)
     summary = summarize(sim, time.perf_counter() - start, deployed.name, config.label, deployed.seed, horizon_s)
     arrived = sim.num_requests if not complete else sum(t.arrived for t in summary.tenants)
-    met = sum(round((t.goodput_rps or 0.0) * horizon_s) for t in summary.tenants)
+    met = sum(t.slo_met for t in summary.tenants)
     routed = sum(t.arrived - t.failed for t in summary.tenants)
     remote = sum((t.remote_prefill_frac or 0.0) * (t.arrived - t.failed) for t in summary.tenants)
     gpus = deployed.tenant_groups[0].gpu_budget
@@ -525,7 +526,7 @@ def run_probe(scenario: Scenario, config: PlanConfig, rate_scale: float, stop_be
         rate_scale=rate_scale,
         offered_rps=arrived / horizon_s,
         goodput_rps=met / horizon_s,
-        slo_attainment_frac=(arrived - _misses(sim)) / arrived if not complete else (met / arrived if arrived else 0.0),
+        slo_attainment_frac=slo_attainment_frac(arrived - _misses(sim) if not complete else met, arrived) or 0.0,
         goodput_per_gpu_rps=met / horizon_s / gpus,
         num_arrived=arrived,
         remote_prefill_frac=remote / routed if routed else 0.0,
@@ -537,13 +538,17 @@ def run_probe(scenario: Scenario, config: PlanConfig, rate_scale: float, stop_be
 _CHECKS_PER_HORIZON = 10
 
 
+def _late(sim: Any, tenant_index: int, start: int = 0) -> int:
+    """Finished requests of one tenant (from index ``start`` on) that missed its SLO (:mod:`policies.scoring`)."""
+    finished = sim.finished[tenant_index][start:]
+    ttft = [r.ttft_s for r in finished]
+    tpot = [r.tpot_s for r in finished]
+    return len(finished) - count_slo_met(ttft, tpot, sim.slo_ttft_s[tenant_index], sim.slo_tpot_s[tenant_index])
+
+
 def _misses(sim: Any) -> int:
     """Requests already lost: failed, or finished outside their tenant's TTFT or TPOT objective."""
-    late = 0
-    for ti, finished in enumerate(sim.finished):
-        ttft_s, tpot_s = sim.slo_ttft_s[ti], sim.slo_tpot_s[ti]
-        late += sum(1 for r in finished if r.ttft_s > ttft_s or r.tpot_s > tpot_s)
-    return int(sim.num_failed) + late
+    return int(sim.num_failed) + sum(_late(sim, ti) for ti in range(len(sim.finished)))
 
 
 def _run_until_hopeless(sim: Any, end_s: float, step_s: float, target_frac: float) -> bool:
@@ -556,8 +561,7 @@ def _run_until_hopeless(sim: Any, end_s: float, step_s: float, target_frac: floa
         t = min(t + step_s, end_s)
         sim.run_until(t)
         for ti, finished in enumerate(sim.finished):
-            ttft_s, tpot_s = sim.slo_ttft_s[ti], sim.slo_tpot_s[ti]
-            late += sum(1 for r in finished[counted[ti] :] if r.ttft_s > ttft_s or r.tpot_s > tpot_s)
+            late += _late(sim, ti, counted[ti])
             counted[ti] = len(finished)
         if late + sim.num_failed > allowed:
             return False

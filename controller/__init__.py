@@ -1,1 +1,1 @@
-"""pdctl package `controller` (see DESIGN.md)."""
+"""pdctl package `controller` (see docs/design.md)."""

@@ -1,4 +1,4 @@
-"""pdctl package ``env``: the cluster simulator, workloads, scenarios and the gymnasium env (see DESIGN.md).
+"""pdctl package ``env``: the cluster simulator, workloads, scenarios and the gymnasium env (see docs/design.md).
 
 Importing ``env`` registers ``pdctl/PDCluster-v1`` with gymnasium through a lazy entry point: the simulator and
 the env module load only when ``gymnasium.make`` builds the env.

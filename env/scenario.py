@@ -35,7 +35,6 @@ against the scenario file's folder, and ``${PDCTL_TRACES}`` (or a ``traces_dir``
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
@@ -45,10 +44,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from env.workloads.config import WorkloadConfig, resolve_paths
+from env.workloads.trace_catalog import default_traces_dir
 from policies.schema import Slo, Tenant, TenantGroup
 
 __all__ = [
-    "DEFAULT_TRACES_DIR",
     "ClusterConfig",
     "NetworkConfig",
     "NetworkIncidentConfig",
@@ -400,12 +399,9 @@ _WORKLOAD_TAGS = frozenset(
 )
 
 
-DEFAULT_TRACES_DIR = Path(__file__).resolve().parents[2] / "shared" / "traces"
-"""Where ``${PDCTL_TRACES}`` points when neither an argument nor the environment variable says otherwise."""
-
-
 def _expand(text: str, traces_dir: str | Path | None) -> str:
-    target = traces_dir if traces_dir is not None else os.environ.get("PDCTL_TRACES", DEFAULT_TRACES_DIR)
+    # The resolution order (argument, PDCTL_TRACES, fetched data folder, ../shared fallback) is the catalogue's.
+    target = traces_dir if traces_dir is not None else default_traces_dir()
     return text.replace("${PDCTL_TRACES}", str(target))
 
 

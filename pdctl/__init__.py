@@ -1,1 +1,1 @@
-"""pdctl package `pdctl` (see DESIGN.md)."""
+"""pdctl package `pdctl` (see docs/design.md)."""

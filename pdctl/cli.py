@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "launch": "Start real vLLM prefill/decode instances with NixlConnector (GPU machines).",
     "demo": "Start an emulated cluster, the router, the controller and a load, and report.",
     "policy": "Validate, show, register and promote policies.",
+    "traces": "List, fetch (pinned upstream commits, SHA-256 verified) and locate the public request traces.",
 }
 
 app = typer.Typer(

@@ -13,6 +13,8 @@ import enum
 import math
 from dataclasses import dataclass, field
 
+from policies.scoring import meets_slo
+
 __all__ = [
     "SCHEMA_VERSION",
     "STAGES",
@@ -147,8 +149,8 @@ class Slo:
         return min(values) if values else math.inf
 
     def is_met(self, ttft_s: float, tpot_s: float) -> bool:
-        """Whether one request's TTFT and mean TPOT both meet the objectives."""
-        return ttft_s <= self.ttft_target_s() and tpot_s <= self.tpot_target_s()
+        """Whether one finished request's TTFT and mean TPOT meet both objectives (:mod:`policies.scoring`)."""
+        return meets_slo(ttft_s, tpot_s, self.ttft_target_s(), self.tpot_target_s())
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,13 +42,13 @@ is the streak, the hold, the trip count and the fallback's record, exposed for t
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from policies.base import Policy, PolicyContext
 from policies.fallback_evidence import FallbackEstimate, FallbackRecord, offered_load_rps_per_instance
 from policies.features import Observation
 from policies.schema import ControlAction, PoolTargets, TenantGroup
+from policies.scoring import pooled_attainment_frac
 
 __all__ = [
     "FALLBACK_KINDS",
@@ -214,19 +214,19 @@ class BudgetSplit:
 
 
 def weighted_attainment(observation: Observation, context: PolicyContext) -> float | None:
-    """Priority- and rate-weighted SLO attainment of the window (``None`` when no tenant's is known)."""
-    num = den = 0.0
+    """Priority- and rate-weighted SLO attainment of the window (``None`` when no tenant's is known).
+
+    The tenants' attainments pooled by :func:`policies.scoring.pooled_attainment_frac` with weight
+    ``priority × request_rate_rps``; a tenant whose rate or attainment is unknown is left out.
+    """
+    parts: list[tuple[float | None, float | None]] = []
     for tenant in context.tenants:
         if tenant.name not in observation.tenant_names:
             continue
-        attainment = observation.value("tenant", tenant.name, "slo_attainment_frac")
         rate_rps = observation.value("tenant", tenant.name, "request_rate_rps")
-        if attainment is None or rate_rps is None or not (math.isfinite(attainment) and math.isfinite(rate_rps)):
-            continue
-        weight = tenant.priority * rate_rps
-        num += weight * attainment
-        den += weight
-    return num / den if den > 0 else None
+        attainment = observation.value("tenant", tenant.name, "slo_attainment_frac")
+        parts.append((None if rate_rps is None else tenant.priority * rate_rps, attainment))
+    return pooled_attainment_frac(parts)
 
 
 class SloWatchdog:

@@ -1,1 +1,1 @@
-"""pdctl package `router` (see DESIGN.md)."""
+"""pdctl package `router` (see docs/design.md)."""

@@ -1,6 +1,6 @@
 """The router's metrics (``pdctl_router_*``, ``pdctl_request_stage_seconds``) and per-request JSONL records.
 
-Stages the router observes (DESIGN.md names), measured on the router's clock:
+Stages the router observes (docs/design.md names), measured on the router's clock:
 
 ``request_queue_wait``
     arrival at the router → first upstream request sent (body parse, routing decision).
@@ -103,7 +103,7 @@ class RouterMetrics:
         tr = ("tenant", "route")
         self.stage = Histogram(
             "pdctl_request_stage_seconds",
-            "Per-request stage durations seen by the router (DESIGN.md stage names).",
+            "Per-request stage durations seen by the router (docs/design.md stage names).",
             ("stage", "tenant", "route"),
             buckets=_STAGE_BUCKETS,
             registry=registry,

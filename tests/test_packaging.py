@@ -45,3 +45,4 @@ def test_wheel_contains_every_package_and_data(tmp_path: Path) -> None:
     for package in TOP_LEVEL:
         assert f"{package}/__init__.py" in names
     assert "policies/examples/seed_pd_policy.yaml" in names
+    assert "env/workloads/trace-SHA256SUMS" in names

@@ -23,7 +23,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.sources.base import Query, Readout, Row, SourceUnavailableError, Topology
-from controller.sources.quantile import histogram_quantile
+from policies.scoring import histogram_quantile
 
 __all__ = ["ScrapeReader", "Snapshot", "parse_exposition", "wanted_samples"]
 

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from controller.sources.base import Query, Readout, Row, Topology
-from controller.sources.quantile import histogram_quantile
 from policies.schema import GroupWindow, MetricWindow, PoolTargets, TenantWindow
+from policies.scoring import histogram_quantile
 
 __all__ = ["INSTANCE_METRICS", "ROUTER_METRICS", "WindowBuilder", "WindowQueries"]
 

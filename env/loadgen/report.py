@@ -1,4 +1,4 @@
-"""Summaries of a load run: per-tenant latency percentiles, and JSON / CSV output."""
+"""Summaries of a load run: per-tenant latency percentiles (:func:`policies.scoring.quantile`), JSON / CSV output."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
 from env.loadgen.client import RequestResult
+from policies.scoring import quantile
 
 __all__ = ["TenantSummary", "summarize", "write_csv", "write_json"]
 
@@ -36,10 +35,6 @@ class TenantSummary:
     e2e_p95_s: float | None
 
 
-def _pct(values: Sequence[float], q: float) -> float | None:
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else None
-
-
 def _summary(name: str, results: Sequence[RequestResult]) -> TenantSummary:
     ok = [r for r in results if r.ok]
     ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
@@ -52,16 +47,16 @@ def _summary(name: str, results: Sequence[RequestResult]) -> TenantSummary:
         num_ok=len(ok),
         num_errors=len(results) - len(ok),
         output_tokens=sum(r.output_tokens for r in ok),
-        ttft_p50_s=_pct(ttft, 50),
-        ttft_p95_s=_pct(ttft, 95),
-        ttft_p99_s=_pct(ttft, 99),
-        tpot_p50_s=_pct(tpot, 50),
-        tpot_p95_s=_pct(tpot, 95),
-        tpot_p99_s=_pct(tpot, 99),
-        itl_p50_s=_pct(itl, 50),
-        itl_p99_s=_pct(itl, 99),
-        e2e_p50_s=_pct(e2e, 50),
-        e2e_p95_s=_pct(e2e, 95),
+        ttft_p50_s=quantile(ttft, 0.5),
+        ttft_p95_s=quantile(ttft, 0.95),
+        ttft_p99_s=quantile(ttft, 0.99),
+        tpot_p50_s=quantile(tpot, 0.5),
+        tpot_p95_s=quantile(tpot, 0.95),
+        tpot_p99_s=quantile(tpot, 0.99),
+        itl_p50_s=quantile(itl, 0.5),
+        itl_p99_s=quantile(itl, 0.99),
+        e2e_p50_s=quantile(e2e, 0.5),
+        e2e_p95_s=quantile(e2e, 0.95),
     )
 
 

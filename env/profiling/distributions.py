@@ -20,6 +20,8 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from policies.scoring import histogram_quantile, quantile
+
 __all__ = ["BucketDistribution", "Distribution", "SampleDistribution", "log2_edges"]
 
 
@@ -103,7 +105,8 @@ class SampleDistribution:
         if len(self.values) == 0:
             return math.nan
         if self.weights is None:
-            return float(np.percentile(self.values, 100.0 * q))
+            value = quantile(self.values, q)
+            return math.nan if value is None else value
         cdf = np.cumsum(self.weights)
         index = int(np.searchsorted(cdf, q * cdf[-1] * (1 - 1e-12), side="left"))
         return float(self.values[min(index, len(self.values) - 1)])
@@ -159,23 +162,9 @@ class BucketDistribution:
         return self.upper_bounds[np.isfinite(self.upper_bounds)]
 
     def quantile(self, q: float) -> float:
-        """PromQL ``histogram_quantile`` semantics (lower edge of the first bucket is 0)."""
-        total = self.count
-        if total <= 0:
-            return math.nan
-        rank = q * total
-        index = int(np.searchsorted(self.cumulative_counts, rank, side="left"))
-        index = min(index, len(self.upper_bounds) - 1)
-        upper = float(self.upper_bounds[index])
-        if not math.isfinite(upper):
-            finite = self._finite_bounds()
-            return float(finite[-1]) if len(finite) else math.nan
-        lower = 0.0 if index == 0 else float(self.upper_bounds[index - 1])
-        below = 0.0 if index == 0 else float(self.cumulative_counts[index - 1])
-        inside = float(self.cumulative_counts[index]) - below
-        if inside <= 0:
-            return upper
-        return lower + (upper - lower) * (rank - below) / inside
+        """:func:`policies.scoring.histogram_quantile` of the buckets (NaN, as elsewhere here, when unknown)."""
+        value = histogram_quantile(q, zip(self.upper_bounds.tolist(), self.cumulative_counts.tolist(), strict=True))
+        return math.nan if value is None else value
 
     def _cumulative_at(self, threshold: float) -> float:
         bounds = np.concatenate(([0.0], self.upper_bounds))

@@ -126,7 +126,7 @@ class WorkloadProfile:
         streaming_frac: share of streamed requests, when known.
         success_frac: share of requests that succeeded, when known.
         latency: TTFT, TPOT, E2E summaries (keys ``ttft``, ``tpot``, ``e2e``), when known.
-        stages: per-stage durations (DESIGN.md names), when known.
+        stages: per-stage durations (docs/design.md names), when known.
         by_tenant: per-tenant groups (empty when the source has no tenants).
         by_route: per-route groups (empty when the source has no routes).
         notes: caveats about how figures were obtained.

@@ -31,7 +31,7 @@ class RequestRecords:
         stream: 1.0 streamed, 0.0 not, NaN unknown; or None.
         ok: True for requests that succeeded; or None when the source has no status.
         latency_s: ``{"ttft": …, "tpot": …, "e2e": …}`` seconds per request, NaN where missing.
-        stages_s: per-stage durations (DESIGN.md stage names), NaN where missing.
+        stages_s: per-stage durations (docs/design.md stage names), NaN where missing.
         prefix_hit_tokens: prompt tokens served from a prefix cache (router statistics), or None.
         hash_ids, hash_offsets, hash_block_tokens: prefix-block hashes in CSR layout, or None.
     """

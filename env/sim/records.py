@@ -1,7 +1,7 @@
 """Per-request records of the simulated cluster, with the stage names every part of pdctl uses.
 
 A :class:`SimRequest` follows one request from arrival to completion. When it completes, its stages are
-computed (seconds, DESIGN.md names):
+computed (seconds, docs/design.md names):
 
 ``request_queue_wait``
     arrival → first scheduled on the instance that prefills it.
@@ -113,7 +113,7 @@ class SimRequest:
         return (self.finished_s - self.first_token_s) / (self.output_tokens - 1)
 
     def stages(self) -> dict[str, float]:
-        """The DESIGN.md stages of a finished request."""
+        """The docs/design.md stages of a finished request."""
         remote_decode = self.remote and not math.isnan(self.kv_ready_s)
         decode_queue = self.decode_scheduled_s - self.kv_ready_s if remote_decode else 0.0
         if not math.isnan(self.fallback_s):

@@ -8,18 +8,28 @@ import numpy as np
 
 from env.sim.records import SimRequest
 from env.sim.simulator import ClusterSimulator
+from policies.scoring import count_slo_met, quantiles, slo_attainment_frac
 
 __all__ = ["SimulationSummary", "TenantSummary", "summarize"]
+
+_QUANTILES = (0.5, 0.95, 0.99)
 
 
 @dataclass(frozen=True, slots=True)
 class TenantSummary:
-    """One tenant's results over the whole run (quantiles are exact, over finished requests)."""
+    """One tenant's results over the whole run.
+
+    Quantiles are exact, over finished requests (TPOT over those with more than one output token). SLO scores
+    follow :mod:`policies.scoring`: ``slo_met`` counts the finished requests within both objectives,
+    ``slo_attainment_frac`` = ``slo_met`` / ``arrived`` (failed and still unfinished requests count as misses;
+    ``None`` when nothing arrived) and ``goodput_rps`` = ``slo_met`` per second of the horizon.
+    """
 
     tenant: str
     arrived: int
     finished: int
     failed: int
+    slo_met: int
     remote_prefill_frac: float | None
     ttft_p50_s: float | None
     ttft_p95_s: float | None
@@ -68,10 +78,6 @@ class SimulationSummary:
         return out
 
 
-def _q(values: np.ndarray, q: float) -> float | None:
-    return float(np.quantile(values, q)) if values.size else None
-
-
 def summarize(
     sim: ClusterSimulator, wall_s: float, scenario: str = "", policy: str = "", seed: int = 0, horizon_s: float = 0.0
 ) -> SimulationSummary:
@@ -86,22 +92,24 @@ def summarize(
         ttft = np.array([r.ttft_s for r in finished], dtype=np.float64)
         tpot_all = np.array([r.tpot_s for r in finished], dtype=np.float64)
         tpot = np.array([r.tpot_s for r in finished if r.output_tokens > 1], dtype=np.float64)
-        met = (ttft <= sim.slo_ttft_s[ti]) & (tpot_all <= sim.slo_tpot_s[ti])
+        met = count_slo_met(ttft, tpot_all, sim.slo_ttft_s[ti], sim.slo_tpot_s[ti])
+        ttft_q, tpot_q = quantiles(ttft, _QUANTILES), quantiles(tpot, _QUANTILES)
         tenants.append(
             TenantSummary(
                 tenant=name,
                 arrived=len(arrived),
                 finished=len(finished),
                 failed=failed,
+                slo_met=met,
                 remote_prefill_frac=(sum(1 for r in routed if r.remote) / len(routed)) if routed else None,
-                ttft_p50_s=_q(ttft, 0.5),
-                ttft_p95_s=_q(ttft, 0.95),
-                ttft_p99_s=_q(ttft, 0.99),
-                tpot_p50_s=_q(tpot, 0.5),
-                tpot_p95_s=_q(tpot, 0.95),
-                tpot_p99_s=_q(tpot, 0.99),
-                slo_attainment_frac=float(met.mean()) if met.size else None,
-                goodput_rps=float(met.sum()) / horizon if met.size else None,
+                ttft_p50_s=ttft_q[0],
+                ttft_p95_s=ttft_q[1],
+                ttft_p99_s=ttft_q[2],
+                tpot_p50_s=tpot_q[0],
+                tpot_p95_s=tpot_q[1],
+                tpot_p99_s=tpot_q[2],
+                slo_attainment_frac=slo_attainment_frac(met, len(arrived)),
+                goodput_rps=met / horizon if arrived else None,
             )
         )
     return SimulationSummary(

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from policies.scoring import histogram_quantile
+
 __all__ = [
     "BUCKETS_ITERATION_TOKENS",
     "BUCKETS_ITL_S",
@@ -140,20 +142,8 @@ class Histogram:
         return out
 
     def quantile(self, q: float) -> float | None:
-        """``histogram_quantile`` (linear interpolation inside the bucket); None when empty."""
-        if self.count == 0:
-            return None
-        rank = q * self.count
-        running = 0
-        lower = 0.0
-        for bound, c in zip((*self.bounds, math.inf), self.counts, strict=True):
-            if running + c >= rank and c > 0:
-                if math.isinf(bound):
-                    return lower
-                return lower + (bound - lower) * (rank - running) / c
-            running += c
-            lower = bound
-        return lower
+        """:func:`policies.scoring.histogram_quantile` of the buckets; None when empty."""
+        return histogram_quantile(q, self.cumulative())
 
 
 @dataclass(slots=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from env.workloads.trace_catalog import fetch_hint
+
 __all__ = ["MAX_TOKEN_COUNT", "TraceFormatError", "TraceNotFoundError", "WorkloadError"]
 
 #: Largest token count a trace may state; anything above is taken as a malformed value.
@@ -20,7 +22,8 @@ class TraceNotFoundError(WorkloadError):
     def __init__(self, path: Path | str, problem: str = "no such file or folder") -> None:
         self.path = Path(path)
         self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
+        hint = fetch_hint(self.path)
+        super().__init__(f"{self.path}: {problem}" + (f"; {hint}" if hint else ""))
 
 
 class TraceFormatError(WorkloadError):

@@ -103,8 +103,13 @@ def _run_controlled(scenario: Any, policy_spec: str, seed: int, traces: Path | N
         env = PDClusterEnv(scenario, layout=layout, traces_dir=traces)
     except ValueError as exc:
         raise _fail(str(exc)) from None
+    from env.workloads.errors import WorkloadError
+
     start = time.perf_counter()
-    env.reset(seed=seed)
+    try:
+        env.reset(seed=seed)
+    except WorkloadError as exc:
+        raise _fail(f"{scenario.name}: {exc}") from None
     while env.sim.now_s < scenario.duration_s - 1e-9:
         env.control(policy.decide(env.observation(), env.policy_context()))
     sim = env.drain()

@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from pdctl.demo.config import Slo
 from pdctl.demo.processes import http_get
+from policies.scoring import meets_slo, quantile
 
 __all__ = ["ControllerView", "Monitor", "Snapshot", "TenantView", "TimelinePoint"]
 
@@ -142,7 +141,7 @@ class _JsonlTail:
 
 
 def _p95(values: list[float]) -> float | None:
-    return float(np.percentile(np.asarray(values), 95)) if values else None
+    return quantile(values, 0.95)
 
 
 def _nixl_totals(body: bytes) -> tuple[float, float]:
@@ -237,11 +236,15 @@ class Monitor:
         ttft = [float(r["ttft_s"]) / scale for r in mine if r.get("ttft_s") is not None]
         tpot = [float(r["tpot_s"]) / scale for r in mine if r.get("tpot_s") is not None]
         slo = self.slos[tenant]
-        good = 0
-        for r in mine:
-            ok_ttft = slo.ttft_s is None or (r.get("ttft_s") is not None and float(r["ttft_s"]) / scale <= slo.ttft_s)
-            ok_tpot = slo.tpot_s is None or r.get("tpot_s") is None or float(r["tpot_s"]) / scale <= slo.tpot_s
-            good += int(ok_ttft and ok_tpot)
+        good = sum(
+            meets_slo(
+                None if r.get("ttft_s") is None else float(r["ttft_s"]) / scale,
+                None if r.get("tpot_s") is None else float(r["tpot_s"]) / scale,
+                slo.ttft_s,
+                slo.tpot_s,
+            )
+            for r in mine
+        )
         window = min(self.window_s, max(self.elapsed_s(), 1e-9))
         remote = sum(1 for r in mine if r.get("route") == "remote_prefill")
         return TenantView(

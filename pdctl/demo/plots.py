@@ -10,6 +10,7 @@ import numpy as np
 
 from pdctl.demo.config import Slo
 from pdctl.demo.runner import PhaseResult
+from policies.scoring import quantile
 
 __all__ = ["write_plots"]
 
@@ -34,7 +35,7 @@ def _rolling_p95(t: np.ndarray, v: np.ndarray, horizon_s: float) -> tuple[np.nda
     for k, g in enumerate(grid):
         mask = (t > g - horizon_s) & (t <= g)
         if mask.any():
-            out[k] = np.percentile(v[mask], 95)
+            out[k] = quantile(v[mask], 0.95)
     return grid, out
 
 

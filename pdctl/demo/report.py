@@ -1,9 +1,10 @@
 """The demo's comparison: per-tenant SLO attainment and latency under the static baseline and the controller.
 
-Numbers come from the load generator's per-request results (what a client saw, emulated seconds). A request
-meets its TTFT (TPOT) objective when its TTFT (mean TPOT) is at most the tenant's per-request bound
-(:class:`pdctl.demo.config.Slo`); a failed request meets neither; a one-token request has no TPOT and meets
-that objective. Goodput = requests meeting both objectives per second of load.
+Numbers come from the load generator's per-request results (what a client saw, emulated seconds), scored as
+:mod:`policies.scoring` defines it: a request meets its TTFT (TPOT) objective when its TTFT (mean TPOT) is at
+most the tenant's per-request bound (:class:`pdctl.demo.config.Slo`); a failed request meets neither; a
+one-token request has no TPOT and meets that objective. Attainment is over every request sent in the phase;
+goodput = requests meeting both objectives per second of load.
 
 Writes ``report.md``, ``summary.json`` and PNG plots (TTFT and TPOT over time, P/D counts and thresholds over
 time, CDFs) into the output folder and prints the comparison table.
@@ -17,7 +18,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -25,6 +25,7 @@ from env.scenario import Scenario
 from env.workloads.config import StepWorkload
 from pdctl.demo.config import DemoOptions, Slo
 from pdctl.demo.runner import PhaseResult
+from policies.scoring import meets_slo, quantile, slo_attainment_frac
 
 __all__ = ["TenantOutcome", "build_report", "surge_tenants", "tenant_outcomes"]
 
@@ -49,18 +50,23 @@ class TenantOutcome:
     tpot_p95_s: float | None
 
 
-def _pct(values: Sequence[float], q: float) -> float | None:
-    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else None
-
-
 def load_requests(path: Path) -> list[dict[str, Any]]:
     """Per-request results of a load run (``pdctl loadgen --out-json``)."""
     requests: list[dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))["requests"]
     return requests
 
 
-def _meets(value: Any, bound: float | None) -> bool:
-    return bound is None or (value is not None and float(value) <= bound)
+def _succeeded(request: Mapping[str, Any]) -> bool:
+    return bool(request["status"] == 200 and request["error"] is None)
+
+
+def _num_met(
+    requests: Sequence[Mapping[str, Any]], ttft_objective_s: float | None, tpot_objective_s: float | None
+) -> int:
+    return sum(
+        meets_slo(r["ttft_s"], r["tpot_s"], ttft_objective_s, tpot_objective_s, succeeded=_succeeded(r))
+        for r in requests
+    )
 
 
 def tenant_outcomes(
@@ -70,25 +76,22 @@ def tenant_outcomes(
     out: dict[str, TenantOutcome] = {}
     for tenant, slo in slos.items():
         mine = [r for r in requests if r["tenant"] == tenant]
-        ok = [r for r in mine if r["status"] == 200 and r["error"] is None]
-        ttft_met = [_meets(r["ttft_s"], slo.ttft_s) for r in ok]
-        tpot_met = [r["tpot_s"] is None or _meets(r["tpot_s"], slo.tpot_s) for r in ok]
-        both = sum(1 for a, b in zip(ttft_met, tpot_met, strict=True) if a and b)
-        n = len(mine)
+        ok = [r for r in mine if _succeeded(r)]
+        both = _num_met(mine, slo.ttft_s, slo.tpot_s)
         ttft = [float(r["ttft_s"]) for r in ok if r["ttft_s"] is not None]
         tpot = [float(r["tpot_s"]) for r in ok if r["tpot_s"] is not None]
         out[tenant] = TenantOutcome(
             tenant=tenant,
-            num_requests=n,
+            num_requests=len(mine),
             num_ok=len(ok),
-            ttft_attainment_frac=sum(ttft_met) / n if n else None,
-            tpot_attainment_frac=sum(tpot_met) / n if n else None,
-            slo_attainment_frac=both / n if n else None,
+            ttft_attainment_frac=slo_attainment_frac(_num_met(mine, slo.ttft_s, None), len(mine)),
+            tpot_attainment_frac=slo_attainment_frac(_num_met(mine, None, slo.tpot_s), len(mine)),
+            slo_attainment_frac=slo_attainment_frac(both, len(mine)),
             goodput_rps=both / duration_s,
-            ttft_p50_s=_pct(ttft, 50),
-            ttft_p95_s=_pct(ttft, 95),
-            tpot_p50_s=_pct(tpot, 50),
-            tpot_p95_s=_pct(tpot, 95),
+            ttft_p50_s=quantile(ttft, 0.5),
+            ttft_p95_s=quantile(ttft, 0.95),
+            tpot_p50_s=quantile(tpot, 0.5),
+            tpot_p95_s=quantile(tpot, 0.95),
         )
     return out
 

@@ -1,4 +1,4 @@
-"""Sources: histogram quantiles, the window derivation (sums before ratios, None for missing), the scraper."""
+"""Sources: the window derivation (sums before ratios, None for missing), the scraper."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from controller.sources.base import InstanceInfo, Query, Readout, SourceUnavailableError, Topology
 from controller.sources.prometheus import promql
-from controller.sources.quantile import histogram_quantile
 from controller.sources.scrape import ScrapeReader, Snapshot, parse_exposition
 from controller.sources.source import MetricSource
 from controller.sources.window import WindowBuilder, WindowQueries
@@ -23,40 +22,6 @@ TOPOLOGY = Topology.from_instances(
 )
 Q = WindowQueries()
 R, INST = Q.router(), Q.instances()
-
-
-def test_histogram_quantile_matches_prometheus_interpolation() -> None:
-    buckets = [(0.1, 10.0), (0.5, 30.0), (1.0, 40.0), (math.inf, 40.0)]
-    assert histogram_quantile(0.25, buckets) == pytest.approx(0.1)
-    assert histogram_quantile(0.5, buckets) == pytest.approx(0.1 + 0.4 * (10 / 20))
-    assert histogram_quantile(0.95, buckets) == pytest.approx(0.5 + 0.5 * (8 / 10))
-    assert histogram_quantile(0.05, buckets) == pytest.approx(0.02)
-    # rank in +Inf → highest finite bound; no observations / no +Inf bucket → unknown
-    assert histogram_quantile(0.99, [(0.1, 1.0), (math.inf, 5.0)]) == 0.1
-    assert histogram_quantile(0.5, [(0.1, 0.0), (math.inf, 0.0)]) is None
-    assert histogram_quantile(0.5, [(0.1, 3.0), (1.0, 5.0)]) is None
-
-
-@given(
-    increments=st.lists(st.integers(0, 50), min_size=3, max_size=8),
-    q1=st.floats(0.01, 0.99),
-    q2=st.floats(0.01, 0.99),
-)
-def test_histogram_quantile_is_monotone_and_inside_the_buckets(increments: list[int], q1: float, q2: float) -> None:
-    bounds = [0.01 * 2**i for i in range(len(increments))]
-    cumulative, running = [], 0.0
-    for bound, inc in zip(bounds, increments, strict=True):
-        running += inc
-        cumulative.append((bound, running))
-    cumulative.append((math.inf, running))
-    a, b = histogram_quantile(min(q1, q2), cumulative), histogram_quantile(max(q1, q2), cumulative)
-    if running == 0:
-        assert a is None
-        assert b is None
-        return
-    assert a is not None
-    assert b is not None
-    assert 0.0 <= a <= b <= bounds[-1]
 
 
 def test_promql_forms() -> None:

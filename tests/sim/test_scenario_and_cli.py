@@ -88,6 +88,9 @@ def test_pdctl_sim_runs_and_writes_json(tmp_path: Path) -> None:
     assert summary["num_finished"] + summary["num_failed"] + summary["num_in_flight"] == summary["num_requests"] > 300
     tenants = {t["tenant"]: t for t in summary["tenants"]}
     assert tenants["chatbot"]["ttft_p50_s"] <= tenants["chatbot"]["ttft_p99_s"]
+    for t in tenants.values():  # attainment is over arrivals (policies.scoring)
+        assert t["slo_met"] <= t["finished"] <= t["arrived"]
+        assert t["slo_attainment_frac"] == pytest.approx(t["slo_met"] / t["arrived"])
     assert summary["gpu_seconds"] >= 3 * 20
     again = runner.invoke(app, ["sim", "--scenario", str(path), "--policy", f"file:{POLICY}", "--seed", "3"])
     assert again.exit_code == 0
