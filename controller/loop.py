@@ -1,10 +1,11 @@
 """One control tick: observe → policy.decide → guard → overrides → actuate, and its record.
 
 Each tick reads the real state through the actuators (roles, replica counts), polls the override
-directory, reads a window from the source, asks the policy, clamps with the guard, lets active overrides win
-for the tenants they name, and — in active mode — hands the plan to every actuator. A decision computed
-while the configuration was swapped (a newer generation exists when it is ready) is dropped. One JSON line
-is logged per tick and the same record is appended to the audit log.
+directory and reads a window from the source; the decision half — ask the policy, clamp with the guard, let
+active overrides win for the tenants they name, work out the pool changes and the threshold document — is
+:func:`policies.control.control_step`, the same step the gym env takes. In active mode the resulting plan goes
+to every actuator. A decision computed while the configuration was swapped (a newer generation exists when it
+is ready) is dropped. One JSON line is logged per tick and the same record is appended to the audit log.
 
 Advisory mode runs the same pipeline, guard state included, so its log shows what active mode would do and
 at the same cadence (hysteresis, cooldown); it never calls an actuator, and the published thresholds and the
@@ -18,7 +19,7 @@ import json
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from controller.actuators.base import ActuationResult, Outcome, Plan
@@ -30,11 +31,8 @@ from controller.policy_registry import RegistryPolicy
 from controller.runtime import Runtime
 from controller.sources.base import Topology
 from controller.telemetry import Telemetry
-from policies.base import PolicyContext
-from policies.documents import policy_document
-from policies.features import build_observation
-from policies.guard import Clamp, GuardResult, GuardState
-from policies.overrides import apply_overrides
+from policies.control import ControlEffects, ControlInputs, ControlState, control_step
+from policies.guard import Clamp
 from policies.schema import ControlAction, MetricWindow, PoolTargets, RoutingThresholds
 from policies.watchdog import SloWatchdog
 
@@ -74,14 +72,22 @@ class TickRecord:
 
 @dataclass(slots=True)
 class _LoopState:
-    policy_thresholds: dict[str, RoutingThresholds]
-    published: dict[str, RoutingThresholds] | None = None
+    control: ControlState
     topology: Topology = field(default_factory=Topology)
-    guard_state: GuardState = field(default_factory=GuardState)
     ticks: int = 0
     last_tick_s: float | None = None
     first_observation: bool = False
     actuators_ready: bool = False
+
+    @property
+    def policy_thresholds(self) -> Mapping[str, RoutingThresholds]:
+        """The thresholds the policy sees as current (its own last decisions, overrides not included)."""
+        return self.control.policy_thresholds
+
+    @property
+    def published(self) -> Mapping[str, RoutingThresholds] | None:
+        """The threshold table last published (``None``: nothing yet under this base policy)."""
+        return self.control.published
 
 
 class ControlLoop:
@@ -96,7 +102,7 @@ class ControlLoop:
         self.audit = audit
         self.watcher = watcher
         self.state = _LoopState(
-            policy_thresholds={n: tp.thresholds for n, tp in runtime.base.tenants.items()},
+            control=ControlState.start({n: tp.thresholds for n, tp in runtime.base.tenants.items()}),
             topology=runtime.topology,
         )
         self._lock = asyncio.Lock()
@@ -109,12 +115,13 @@ class ControlLoop:
         old = self.runtime
         self.runtime = runtime
         known = runtime.base.tenants
-        self.state.policy_thresholds = {
-            name: self.state.policy_thresholds.get(name, tp.thresholds) for name, tp in known.items()
-        }
+        control = self.state.control
         if runtime.base != old.base:  # a changed base file restarts from its thresholds
-            self.state.policy_thresholds = {n: tp.thresholds for n, tp in known.items()}
-            self.state.published = None
+            control = replace(control, policy_thresholds={n: tp.thresholds for n, tp in known.items()}, published=None)
+        else:
+            kept = {name: control.policy_thresholds.get(name, tp.thresholds) for name, tp in known.items()}
+            control = replace(control, policy_thresholds=kept)
+        self.state.control = control
         self.state.topology = (
             runtime.topology if runtime.config.instances != old.config.instances else self.state.topology
         )
@@ -163,24 +170,20 @@ class ControlLoop:
         self.state.topology = topology
         return ready
 
-    def _context(self, rt: Runtime, topology: Topology) -> PolicyContext:
-        return PolicyContext(
+    def _inputs(self, rt: Runtime, window: MetricWindow, topology: Topology, polled: OverridePoll) -> ControlInputs:
+        return ControlInputs(
+            window=window,
             tenants=rt.tenants,
             groups=rt.groups,
             current_pools=topology.pools,
-            current_thresholds=self.state.policy_thresholds,
             base_thresholds={n: tp.thresholds for n, tp in rt.base.tenants.items()},
             now_s=self.clock.monotonic(),
             interval_s=rt.config.interval_s,
+            now=self.clock.now(),
+            overrides=polled.overrides,
+            base_policy=rt.base,
+            document_description="published by pdctl controller",
         )
-
-    def _decide(self, rt: Runtime, window: MetricWindow, context: PolicyContext) -> tuple[ControlAction, str | None]:
-        observation = build_observation(window, context.observation_context())
-        try:
-            return rt.policy.decide(observation, context), None
-        except Exception as exc:  # a policy bug must not stop the daemon: hold and report
-            _log.exception("policy %s failed; holding", rt.policy.policy_id)
-            return ControlAction(reason="policy_error", policy_id=rt.policy.policy_id), f"{type(exc).__name__}: {exc}"
 
     async def _refresh_registry_policy(self, rt: Runtime) -> None:
         policy = rt.policy.primary if isinstance(rt.policy, SloWatchdog) else rt.policy
@@ -206,43 +209,31 @@ class ControlLoop:
             topology, [t.name for t in rt.tenants], [g.name for g in rt.groups], self.clock.now().timestamp()
         )
         window = observed.window
-        context = self._context(rt, topology)
-        action, policy_error = self._decide(rt, window, context)
-        guarded = rt.guard.apply(action, context, window, self.state.guard_state)
-        merged = apply_overrides(guarded.action, polled.overrides, self.clock.now())
-        final = merged.action
-        # Tenants an override names get the override; every other tenant what the policy decided.
-        published_next = {**self.state.policy_thresholds, **final.thresholds}
-        document = None
-        if published_next != self.state.published:
-            document = policy_document(
-                rt.base, ControlAction(thresholds=published_next), "published by pdctl controller"
-            )
-        pools = {g: t for g, t in final.pools.items() if t != topology.pools.get(g)}
-        plan = Plan(generation, document, pools)
-        stale = window.staleness_s > rt.guard.limits.max_staleness_s
-        if observed.error is None and not stale:
+        inputs = self._inputs(rt, window, topology, polled)
+        effects = control_step(rt.policy, inputs, self.state.control, rt.guard, hold_on_policy_error=True)
+        if effects.policy_exception is not None:  # a policy bug must not stop the daemon: held, and reported
+            _log.error("policy %s failed; holding", rt.policy.policy_id, exc_info=effects.policy_exception)
+        plan = Plan(generation, effects.policy_document, effects.pool_changes)
+        if observed.error is None and not effects.stale:
             self.state.first_observation = True
         if self.runtime.generation != generation:
             self.telemetry.dropped.inc()
-            record = self._record(rt, window, observed.error, action, guarded, polled, merged.rollback, plan, (), True)
+            record = self._record(rt, window, observed.error, effects, polled, plan, (), True)
             self._emit(record)
-            return TickRecord(record, window, final, plan, (), dropped=True)
-        self.state.guard_state = guarded.state
+            return TickRecord(record, window, effects.action, plan, (), dropped=True)
         results: tuple[ActuationResult, ...] = ()
-        if rt.config.mode == "active" and not plan.empty:
-            results = tuple([await a.apply(plan, topology) for a in rt.actuators])
-            if all(r.outcome in (Outcome.APPLIED, Outcome.UNCHANGED) for r in results):
-                self.state.published = published_next
-                self.state.policy_thresholds = {**self.state.policy_thresholds, **guarded.action.thresholds}
-        self._metrics(rt, window, observed.error, guarded, polled, merged.rollback, plan, topology, results)
-        record = self._record(
-            rt, window, observed.error, action, guarded, polled, merged.rollback, plan, results, False
-        )
-        if policy_error is not None:
-            record = {**record, "policy_error": policy_error}
+        applied = False
+        if rt.config.mode == "active":
+            if not plan.empty:
+                results = tuple([await a.apply(plan, topology) for a in rt.actuators])
+            applied = all(r.outcome in (Outcome.APPLIED, Outcome.UNCHANGED) for r in results)
+        self.state.control = effects.next_state(applied=applied)
+        self._metrics(rt, window, observed.error, effects, polled, plan, topology, results)
+        record = self._record(rt, window, observed.error, effects, polled, plan, results, False)
+        if effects.policy_error is not None:
+            record = {**record, "policy_error": effects.policy_error}
         self._emit(record)
-        return TickRecord(record, window, final, plan, results)
+        return TickRecord(record, window, effects.action, plan, results)
 
     # ----------------------------------------------------------------------------------- reporting
 
@@ -251,23 +242,22 @@ class ControlLoop:
         rt: Runtime,
         window: MetricWindow,
         source_error: str | None,
-        guarded: GuardResult,
+        effects: ControlEffects,
         polled: OverridePoll,
-        rollback: bool,
         plan: Plan,
         topology: Topology,
         results: tuple[ActuationResult, ...],
     ) -> None:
         t = self.telemetry
         t.staleness.set(window.staleness_s)
-        t.stale.set(1 if window.staleness_s > rt.guard.limits.max_staleness_s or source_error else 0)
+        t.stale.set(1 if effects.stale or source_error else 0)
         if source_error is not None:
             t.source_errors.inc()
         now = self.clock.now()
         t.override_active.set(sum(1 for o in polled.overrides if o.is_active(now)))
-        t.rollback_active.set(1 if rollback else 0)
-        if isinstance(rt.policy, SloWatchdog):
-            state = rt.policy.state
+        t.rollback_active.set(1 if effects.rollback else 0)
+        state = effects.watchdog
+        if state is not None:
             t.watchdog_fallback.set(1 if state.in_fallback else 0)
             if state.tripped:
                 t.watchdog_trips.inc()
@@ -279,18 +269,18 @@ class ControlLoop:
         for _ in polled.newly_refused:
             t.override_refusals.inc()
         clamps_by_group: dict[str, Clamp] = {}
-        for clamp in guarded.clamps:
+        for clamp in effects.clamps:
             if clamp.scope == "group":
                 clamps_by_group.setdefault(clamp.name, clamp)
         for group in rt.groups:
-            target = guarded.action.pools.get(group.name)
+            target = effects.guarded.pools.get(group.name)
             if target is None:
                 continue
             kind = classify(topology.pools.get(group.name), target)
             first = clamps_by_group.get(group.name)
             t.decisions.labels(action=kind, reason=first.reason.value if first is not None else "policy").inc()
         if plan.policy_document is not None:
-            t.decisions.labels(action="thresholds", reason="rollback" if rollback else "policy").inc()
+            t.decisions.labels(action="thresholds", reason="rollback" if effects.rollback else "policy").inc()
         for result in results:
             t.actuations.labels(actuator=result.actuator, outcome=result.outcome.value).inc()
             if result.outcome not in (Outcome.APPLIED, Outcome.UNCHANGED):
@@ -301,10 +291,8 @@ class ControlLoop:
         rt: Runtime,
         window: MetricWindow,
         source_error: str | None,
-        action: ControlAction,
-        guarded: GuardResult,
+        effects: ControlEffects,
         polled: OverridePoll,
-        rollback: bool,
         plan: Plan,
         results: tuple[ActuationResult, ...],
         dropped: bool,
@@ -329,8 +317,9 @@ class ControlLoop:
             for name, w in window.tenants.items()
         }
         summary = {
-            g: classify(topology.pools.get(g), t) for g, t in guarded.action.pools.items() if g in topology.pools
+            g: classify(topology.pools.get(g), t) for g, t in effects.guarded.pools.items() if g in topology.pools
         }
+        action = effects.decision
         now = self.clock.now()
         return {
             "ts": now.isoformat(),
@@ -353,13 +342,13 @@ class ControlLoop:
             },
             "guarded": {
                 "summary": summary,
-                "pools": {g: [p.num_prefill, p.num_decode] for g, p in guarded.action.pools.items()},
+                "pools": {g: [p.num_prefill, p.num_decode] for g, p in effects.guarded.pools.items()},
             },
-            "clamps": [c.as_dict() for c in guarded.clamps],
+            "clamps": [c.as_dict() for c in effects.clamps],
             "overrides": {
                 "active": [o.name for o in polled.overrides if o.is_active(now)],
                 "refused": dict(polled.refused),
-                "rollback": rollback,
+                "rollback": effects.rollback,
             },
             "plan": {
                 "publish_policy": plan.policy_document is not None,

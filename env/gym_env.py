@@ -2,8 +2,9 @@
 
 :class:`PDClusterEnv` is a thin shell: the simulator (:mod:`env.sim.simulator`) does the dynamics, the shared
 core (:mod:`policies`) turns windows into observations (:func:`policies.features.build_observation`), encoded
-actions into :class:`~policies.schema.ControlAction` (:class:`policies.action_codec.ActionCodec`) and clamps every
-action with the controller's :class:`~policies.guard.SafetyGuard`; :mod:`env.reward` prices the interval.
+actions into :class:`~policies.schema.ControlAction` (:class:`policies.action_codec.ActionCodec`), and takes each
+control interval's decision with the controller's own step (:func:`policies.control.control_step`: policy,
+:class:`~policies.guard.SafetyGuard`, overrides, pool and threshold changes); :mod:`env.reward` prices the interval.
 Registered as ``pdctl/PDCluster-v1`` in :mod:`env`.
 """
 
@@ -11,8 +12,9 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +28,29 @@ from env.sim.build import build_simulator, generate_workloads, load_profile
 from env.sim.simulator import ClusterSimulator
 from env.workloads.columns import RequestColumns
 from policies.action_codec import ActionCodec
-from policies.base import PolicyContext
+from policies.base import Policy, PolicyContext
+from policies.control import ControlEffects, ControlInputs, ControlState, control_step, policy_context
 from policies.features import Observation, ObservationContext, ObservationLayout, build_observation
-from policies.guard import Clamp, GuardLimits, GuardState, SafetyGuard
+from policies.guard import Clamp, GuardLimits, SafetyGuard
+from policies.overrides import Override
 from policies.schema import ControlAction, MetricWindow, PoolTargets, RoutingThresholds, Tenant, TenantGroup
 
-__all__ = ["DEFAULT_SCENARIO", "ENV_ID", "SCENARIO_DIR", "ControlStep", "PDClusterEnv", "resolve_scenario"]
+__all__ = [
+    "DEFAULT_SCENARIO",
+    "ENV_ID",
+    "SCENARIO_DIR",
+    "SIM_EPOCH",
+    "ControlStep",
+    "PDClusterEnv",
+    "resolve_scenario",
+]
 
 ENV_ID = "pdctl/PDCluster-v1"
 SCENARIO_DIR = Path(__file__).resolve().parents[1] / "experiments" / "scenarios"
 """Where scenarios named without a path are looked up (``rag-surge-8`` → ``SCENARIO_DIR/rag-surge-8.yaml``)."""
 DEFAULT_SCENARIO = "rag-surge-8"
+SIM_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+"""Default wall time of simulated second 0 (override expiry is judged at ``wall_start + now_s``)."""
 _WORKLOAD_CACHE_SIZE = 4
 
 
@@ -56,13 +70,23 @@ def resolve_scenario(spec: str | Path | Scenario, traces_dir: str | Path | None 
 
 @dataclass(frozen=True, slots=True)
 class ControlStep:
-    """What one control interval did: the guarded action, its clamps, instance changes and the reward terms."""
+    """What one control interval did: the action carried out, its clamps, instance changes and the reward terms.
+
+    Attributes:
+        action: the guarded action with active overrides laid over it (what reached the simulator).
+        clamps: the guard's adjustments.
+        changes: instances added, removed or flipped.
+        reward_terms: the interval's reward terms.
+        reward: their total.
+        effects: everything the shared control step decided (:class:`~policies.control.ControlEffects`).
+    """
 
     action: ControlAction
     clamps: tuple[Clamp, ...]
     changes: int
     reward_terms: dict[str, float]
     reward: float
+    effects: ControlEffects
 
 
 class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
@@ -92,8 +116,10 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
     (0.1, 0.3, 1, 3), ``min_expected_output_tokens`` (0, 32, 128, 512), ``require_decode_pool_pressure`` and
     ``prefer_local_on_prefix_hit`` (0/1), and the per-request rule (0 = pdctl's, 1 = legacy Dynamo's queue-aware
     rule). Unused slots take only their first index (see :meth:`action_masks`).
-    :meth:`step_control` takes a :class:`~policies.schema.ControlAction` directly (how rule-based and baseline
-    policies drive the same env).
+    :meth:`step_control` takes a :class:`~policies.schema.ControlAction` directly, and :meth:`control` also a
+    :class:`~policies.base.Policy` (how rule-based and baseline policies drive the same env). Every interval is
+    one :func:`policies.control.control_step` — the controller's tick, decision half — carried out on the
+    simulator.
 
     ## Observation Space
 
@@ -153,7 +179,9 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
 
     ``scenario`` (name in ``experiments/scenarios``, path or :class:`~env.scenario.Scenario`; a reset may switch
     it with ``options={"scenario": ...}``), ``layout``, ``reward_weights``, ``guard_limits`` (default: the
-    controller's defaults), ``base_thresholds``, ``initial_pools`` (group → (prefill, decode)), ``traces_dir``.
+    controller's defaults), ``base_thresholds``, ``initial_pools`` (group → (prefill, decode)), ``traces_dir``,
+    ``overrides`` (:class:`~policies.overrides.Override`, as the controller's override directory holds them; also
+    :meth:`set_overrides`) and ``wall_start`` (wall time of simulated second 0, for override expiry).
     All randomness (workload arrivals and lengths, KV-transfer failures) is drawn from the seed given to
     :meth:`reset`; the same seed gives the same trajectory. Workloads are cached per (scenario, episode seed).
 
@@ -178,6 +206,8 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
         base_thresholds: Mapping[str, RoutingThresholds] | None = None,
         initial_pools: Mapping[str, tuple[int, int]] | None = None,
         traces_dir: str | Path | None = None,
+        overrides: Sequence[Override] = (),
+        wall_start: datetime = SIM_EPOCH,
     ) -> None:
         self.layout = layout or ObservationLayout()
         self.codec = ActionCodec(self.layout)
@@ -186,14 +216,15 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
         self._base_override = dict(base_thresholds or {})
         self._initial_pools = dict(initial_pools or {})
         self._traces_dir = traces_dir
+        self._overrides: tuple[Override, ...] = tuple(overrides)
+        self.wall_start = wall_start
         self.observation_space = self.layout.observation_space()
         self.action_space = self.codec.action_space()
         self._profiles: dict[tuple[str, str], OperatorProfile] = {}
         self._workloads: OrderedDict[tuple[int, int], dict[str, RequestColumns]] = OrderedDict()
         self._set_scenario(resolve_scenario(scenario, traces_dir))
         self._sim: ClusterSimulator | None = None
-        self._guard_state = GuardState()
-        self._thresholds: dict[str, RoutingThresholds] = dict(self.base_thresholds)
+        self._control = ControlState.start(self.base_thresholds)
         self._observation: Observation | None = None
         self._gpu_seconds_mark = 0.0
         self._episode_seed = 0
@@ -256,15 +287,14 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
         if options and options.get("scenario") is not None:
             self._set_scenario(resolve_scenario(options["scenario"], self._traces_dir))
         self._episode_seed = int(self.np_random.integers(0, 2**31 - 1))
-        self._thresholds = dict(self.base_thresholds)
+        self._control = ControlState.start(self.base_thresholds)
         self._sim = build_simulator(
             self.scenario,
-            self._thresholds,
+            dict(self.base_thresholds),
             self._episode_seed,
             profile=self._profile(),
             workloads=self._workload(self._episode_seed),
         )
-        self._guard_state = GuardState()
         self._gpu_seconds_mark = 0.0
         window = self._advance()
         self._gpu_seconds_mark = self._sim.gpu_seconds()
@@ -293,27 +323,32 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
         }
         return obs, result.reward, False, truncated, info
 
-    def control(self, action: ControlAction) -> ControlStep:
-        """Like :meth:`step_control` but returns the guarded action, clamps and reward terms as one record."""
+    def control(self, decide: ControlAction | Policy) -> ControlStep:
+        """One control interval: the shared :func:`~policies.control.control_step`, carried out on the simulator.
+
+        ``decide`` is a policy (asked on this interval's observation and context, as the controller asks it) or
+        an action already decided (a decoded agent action). Either passes the guard and the overrides; pool
+        changes and a changed threshold table go to the simulator, which then runs one interval.
+        """
         if self._sim is None or self._observation is None:
             raise RuntimeError("call reset() before step()")
         if self.sim.now_s >= self.scenario.duration_s - 1e-9:
             raise RuntimeError("the episode is over (truncated); call reset()")
-        context = self.policy_context()
-        guarded = self.guard.apply(action, context, self._observation.window, self._guard_state)
-        self._guard_state = guarded.state
-        changed = {
-            name: target for name, target in guarded.action.pools.items() if target != context.current_pools.get(name)
-        }
-        changes = instance_changes(context.current_pools, changed)
-        self.sim.apply(ControlAction(thresholds=guarded.action.thresholds, pools=changed))
-        self._thresholds.update(guarded.action.thresholds)
+        inputs = self._inputs(self._observation.window)
+        effects = control_step(decide, inputs, self._control, self.guard)
+        self._control = effects.next_state(applied=True)  # the simulator always carries an action out
+        changes = instance_changes(inputs.current_pools, effects.pool_changes)
+        self.sim.apply(
+            ControlAction(
+                thresholds=dict(effects.thresholds) if effects.publish else {}, pools=dict(effects.pool_changes)
+            )
+        )
         window = self._advance()
         gpu_seconds = self.sim.gpu_seconds() - self._gpu_seconds_mark
         self._gpu_seconds_mark += gpu_seconds
         terms = reward_terms(window, self.tenants, gpu_seconds, changes, self.reward_weights)
         self._observation = build_observation(window, self._observation_context())
-        return ControlStep(guarded.action, guarded.clamps, changes, terms, total(terms))
+        return ControlStep(effects.action, effects.clamps, changes, terms, total(terms), effects)
 
     def _advance(self) -> MetricWindow:
         sim = self.sim
@@ -357,23 +392,48 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
 
     @property
     def thresholds(self) -> dict[str, RoutingThresholds]:
-        """Routing thresholds in force per tenant."""
-        return dict(self._thresholds)
+        """Routing thresholds in force per tenant (the policy's, with active overrides laid over them)."""
+        published = self._control.published
+        return dict(published if published is not None else self.base_thresholds)
 
-    def policy_context(self) -> PolicyContext:
-        """What a :class:`~policies.base.Policy` decides against (the controller builds the same)."""
-        return PolicyContext(
+    @property
+    def overrides(self) -> tuple[Override, ...]:
+        """Overrides known to the env (expired ones included; they no longer apply)."""
+        return self._overrides
+
+    def set_overrides(self, overrides: Sequence[Override]) -> None:
+        """Replace the overrides (what dropping files into, or removing them from, the controller's directory does).
+
+        They take effect at the next control step, for the tenants they name, until ``expires_at`` (judged at
+        ``wall_start + now_s``).
+        """
+        self._overrides = tuple(overrides)
+
+    def now(self) -> datetime:
+        """Wall time of the simulated clock: ``wall_start`` plus the simulated seconds."""
+        return self.wall_start + timedelta(seconds=self.sim.now_s)
+
+    def _inputs(self, window: MetricWindow) -> ControlInputs:
+        return ControlInputs(
+            window=window,
             tenants=self.tenants,
             groups=self.groups,
             current_pools=self.current_pools(),
-            current_thresholds=dict(self._thresholds),
             base_thresholds=dict(self.base_thresholds),
             now_s=self.sim.now_s,
             interval_s=self.scenario.control_interval_s,
+            now=self.now(),
+            overrides=self._overrides,
         )
 
+    def policy_context(self) -> PolicyContext:
+        """What a :class:`~policies.base.Policy` decides against now (the context the control step builds)."""
+        return policy_context(self._inputs(self.observation().window), self._control)
+
     def _observation_context(self) -> ObservationContext:
-        return ObservationContext(tenants=self.tenants, groups=self.groups, thresholds=dict(self._thresholds))
+        return ObservationContext(
+            tenants=self.tenants, groups=self.groups, thresholds=dict(self._control.policy_thresholds)
+        )
 
     def drain(self) -> ClusterSimulator:
         """Let in-flight requests finish (up to the scenario's ``drain_s``) and return the simulator."""

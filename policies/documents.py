@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from policies.policy_file import DEFAULT_TENANT, ResolvedPolicy, TenantPolicy
-from policies.schema import ControlAction, FallbackAction, RoutingThresholds, Slo, TenantGroup
+from policies.schema import ControlAction, RoutingThresholds, Slo, TenantGroup
+from policies.threshold_fields import to_file_scale, write_thresholds
 
 __all__ = ["policy_document", "thresholds_block"]
 
@@ -20,50 +21,17 @@ _MS_PER_S = 1000.0
 
 
 def _ms(value_s: float) -> float:
-    # Round to a nanosecond so that seconds → milliseconds → seconds round-trips exactly for file values.
-    return round(value_s * _MS_PER_S, 6)
+    return to_file_scale(value_s, _MS_PER_S)
 
 
 def thresholds_block(t: RoutingThresholds) -> dict[str, Any]:
-    """The per-tenant policy-file keys that resolve to ``t`` (mode, seed blocks, rollout, buckets)."""
-    fallback: dict[str, Any] = {"on_kv_transfer_timeout": t.on_kv_transfer_timeout.value}
-    if t.on_prefill_queue_overload is not FallbackAction.RETRY_REMOTE_PREFILL:
-        fallback["on_prefill_queue_overload"] = t.on_prefill_queue_overload.value
-    rollout: dict[str, Any] = {"traffic_percent": t.traffic_percent}
-    if t.enabled_models is not None:
-        rollout["enabled_models"] = sorted(t.enabled_models)
-    block: dict[str, Any] = {
-        "mode": "disaggregated" if t.disaggregation_enabled else "aggregated_only",
-        "pd_disaggregation_policy": {
-            "rule": t.rule.value,
-            "remote_prefill": {
-                "min_input_tokens": t.min_remote_input_tokens,
-                "max_prefill_queue_wait_ms": _ms(t.max_prefill_queue_wait_s),
-                "min_expected_output_tokens": t.min_expected_output_tokens,
-                "require_decode_pool_pressure": t.require_decode_pool_pressure,
-                "decode_pressure_threshold_perc": round(t.decode_pressure_threshold_frac * 100.0, 9),
-            },
-            "local_prefill": {
-                "max_input_tokens": t.max_local_input_tokens,
-                "prefer_when_prefix_cache_hit": t.prefer_local_on_prefix_hit,
-            },
-            "baseline_params": {
-                "uncached_ratio_threshold_frac": t.uncached_ratio_threshold_frac,
-                "max_prefill_queue_requests": t.max_prefill_queue_requests,
-                "prefill_busy_factor": t.prefill_busy_factor,
-            },
-        },
-        "fallback": fallback,
-        "rollout": rollout,
-    }
-    if t.buckets:
-        block["prompt_length_buckets"] = [
-            {"min_input_tokens": b.min_input_tokens, "max_input_tokens": b.max_input_tokens, "route": b.route.value}
-            if b.max_input_tokens is not None
-            else {"min_input_tokens": b.min_input_tokens, "route": b.route.value}
-            for b in t.buckets
-        ]
-    return block
+    """The per-tenant policy-file keys that resolve to ``t`` (mode, seed blocks, rollout, buckets).
+
+    Written from :data:`policies.threshold_fields.THRESHOLD_FIELDS`, the table the loader reads these keys
+    with; every field is written except the two values a file cannot spell (``enabled_models=None`` and
+    ``on_prefill_queue_overload=retry_remote_prefill``), which the tenant then inherits.
+    """
+    return write_thresholds(t)
 
 
 def _slo_block(slo: Slo) -> dict[str, float] | None:
@@ -117,7 +85,7 @@ def _tenant_block(
     if match:
         block["match"] = match
     block.update(thresholds_block(thresholds))
-    block["rollout"]["stream_response"] = policy.stream_response
+    block.setdefault("rollout", {})["stream_response"] = policy.stream_response
     return block
 
 

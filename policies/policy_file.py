@@ -54,7 +54,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from policies.schema import FallbackAction, LengthBucket, Route, RouteRule, RoutingThresholds, Slo, Tenant, TenantGroup
+from policies.schema import FallbackAction, RoutingThresholds, Slo, Tenant, TenantGroup
+from policies.threshold_fields import read_thresholds
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -63,6 +64,7 @@ __all__ = [
     "ResolvedPolicy",
     "TenantPolicy",
     "dump_policy_yaml",
+    "load_policy_data",
     "load_policy_file",
     "load_policy_text",
     "resolve_policy",
@@ -375,46 +377,10 @@ class ResolvedPolicy:
         return policy.thresholds
 
 
-# (block attribute path, RoutingThresholds field, conversion) for the plain one-to-one fields
-_FIELD_MAP: tuple[tuple[str, str, Any], ...] = (
-    ("pd.baseline_params.uncached_ratio_threshold_frac", "uncached_ratio_threshold_frac", float),
-    ("pd.baseline_params.max_prefill_queue_requests", "max_prefill_queue_requests", int),
-    ("pd.baseline_params.prefill_busy_factor", "prefill_busy_factor", float),
-    ("pd.rule", "rule", RouteRule),
-    ("pd.remote_prefill.min_input_tokens", "min_remote_input_tokens", int),
-    ("pd.remote_prefill.max_prefill_queue_wait_ms", "max_prefill_queue_wait_s", lambda ms: ms / 1000.0),
-    ("pd.remote_prefill.min_expected_output_tokens", "min_expected_output_tokens", int),
-    ("pd.remote_prefill.require_decode_pool_pressure", "require_decode_pool_pressure", bool),
-    ("pd.remote_prefill.decode_pressure_threshold_perc", "decode_pressure_threshold_frac", lambda p: p / 100.0),
-    ("pd.local_prefill.max_input_tokens", "max_local_input_tokens", int),
-    ("pd.local_prefill.prefer_when_prefix_cache_hit", "prefer_local_on_prefix_hit", bool),
-    ("fallback.on_kv_transfer_timeout", "on_kv_transfer_timeout", FallbackAction),
-    ("fallback.on_prefill_queue_overload", "on_prefill_queue_overload", FallbackAction),
-    ("rollout.enabled_models", "enabled_models", frozenset),
-    ("rollout.traffic_percent", "traffic_percent", float),
-    # the rollout trigger comes after remote_prefill.min_input_tokens: it wins at the same level
-    ("rollout.remote_prefill_when.input_tokens_gte", "min_remote_input_tokens", int),
-)
-
-
-def _apply_level(
-    mode: str | None,
-    pd: DisaggregationBlock,
-    fallback: FallbackBlock,
-    rollout: RolloutBlock,
-) -> dict[str, Any]:
-    blocks = {"pd": pd, "fallback": fallback, "rollout": rollout}
-    values: dict[str, Any] = {}
-    if mode is not None:
-        values["disaggregation_enabled"] = mode != "aggregated_only"
-    for path, name, convert in _FIELD_MAP:
-        head, *rest = path.split(".")
-        value: Any = blocks[head]
-        for part in rest:
-            value = getattr(value, part)
-        if value is not None:
-            values[name] = convert(value)
-    if rollout.fallback_to_aggregated is False and fallback.on_kv_transfer_timeout is None:
+def _apply_level(level: PolicyFile | TenantBlock) -> dict[str, Any]:
+    """The thresholds fields one level sets (:data:`policies.threshold_fields.THRESHOLD_FIELDS`)."""
+    values = read_thresholds(level, tenant=isinstance(level, TenantBlock))
+    if level.rollout.fallback_to_aggregated is False and level.fallback.on_kv_transfer_timeout is None:
         values["on_kv_transfer_timeout"] = FallbackAction.RETRY_REMOTE_PREFILL
     return values
 
@@ -454,8 +420,7 @@ def resolve_policy(policy: PolicyFile, source: str = "") -> ResolvedPolicy:
 def _resolve(policy: PolicyFile, source: str) -> ResolvedPolicy:
     for loc, message in cross_reference_problems(policy):
         raise _ResolveError(loc, message)
-    top_values = _apply_level(policy.mode, policy.pd_disaggregation_policy, policy.fallback, policy.rollout)
-    top = _thresholds(RoutingThresholds(), top_values, ("pd_disaggregation_policy",))
+    top = _thresholds(RoutingThresholds(), _apply_level(policy), ("pd_disaggregation_policy",))
     default_slo = policy.slo.to_slo() if policy.slo is not None else Slo()
     default_stream = policy.rollout.stream_response if policy.rollout.stream_response is not None else True
     groups = {
@@ -476,13 +441,7 @@ def _resolve(policy: PolicyFile, source: str) -> ResolvedPolicy:
     api_keys: dict[str, str] = {}
     models: dict[str, str] = {}
     for index, block in enumerate(policy.tenants):
-        values = _apply_level(block.mode, block.pd_disaggregation_policy, block.fallback, block.rollout)
-        buckets = tuple(
-            LengthBucket(Route(b.route), b.min_input_tokens, b.max_input_tokens) for b in block.prompt_length_buckets
-        )
-        if buckets:
-            values["buckets"] = buckets
-        thresholds = _thresholds(top, values, ("tenants", index, "pd_disaggregation_policy"))
+        thresholds = _thresholds(top, _apply_level(block), ("tenants", index, "pd_disaggregation_policy"))
         slo = block.slo.to_slo() if block.slo is not None else default_slo
         stream = block.rollout.stream_response if block.rollout.stream_response is not None else default_stream
         tenants[block.name] = TenantPolicy(
@@ -611,8 +570,24 @@ def load_policy_text(text: str, source: str = "<string>") -> PolicyFile:
         problems.append(PolicyProblem(source, 1, "", f"expected a mapping at the top level, got {type(data).__name__}"))
     if problems:
         raise PolicyFileError(problems)
+    return _validate(data, source, index)
+
+
+def load_policy_data(data: object, source: str = "<document>") -> PolicyFile:
+    """Validate a policy document that is already parsed (e.g. JSON from the admin API), as a file would be.
+
+    The same checks as :func:`load_policy_text`, without text: problems name the field but no line.
+    Raises :class:`PolicyFileError` naming every problem.
+    """
+    return _validate(data, source, _LineIndex(None))
+
+
+def _validate(data: object, source: str, index: _LineIndex) -> PolicyFile:
+    if not isinstance(data, Mapping):
+        kind = type(data).__name__
+        raise PolicyFileError([PolicyProblem(source, None, "", f"expected a mapping at the top level, got {kind}")])
     try:
-        policy = PolicyFile.model_validate(data)
+        policy = PolicyFile.model_validate(dict(data))
     except ValidationError as exc:
         raise PolicyFileError(
             [

@@ -1,6 +1,6 @@
 """The admin API (``docs/admin-api.md``): live policy swaps and role changes, guarded by a bearer token.
 
-``PUT /admin/policy`` validates the document with the policy-file loader (:func:`policies.load_policy_text`)
+``PUT /admin/policy`` validates the document with the policy-file loader (:func:`policies.policy_file.load_policy_data`)
 and resolver; ``PUT /admin/roles`` validates every instance id and role before changing anything. A malformed
 body is answered ``400 {"error": {"message", "field"}}`` with the dotted path of the field, and nothing changes.
 A missing or wrong token is ``401``.
@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from policies.policy_file import PolicyFile, PolicyFileError, ResolvedPolicy, load_policy_text, resolve_policy
+from policies.policy_file import PolicyFile, PolicyFileError, ResolvedPolicy, load_policy_data, resolve_policy
 from router.registry import InstanceRegistry, Role
 
 __all__ = ["AdminApi", "PolicyState", "document_of", "policy_state_from"]
@@ -145,7 +145,7 @@ class AdminApi:
         if not isinstance(document, dict):
             raise _BadRequest("policy", "policy must be a JSON object (a policy-file document)")
         try:
-            parsed = load_policy_text(json.dumps(document, indent=1), "admin:policy")
+            parsed = load_policy_data(document, "admin:policy")
             next_generation = generation if generation is not None else self._get_policy().generation + 1
             return policy_state_from(parsed, next_generation, "admin:policy")
         except PolicyFileError as exc:

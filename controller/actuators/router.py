@@ -5,27 +5,29 @@ and decode (the router drains an instance before it takes its new role); ``GET /
 back (see ``docs/admin-api.md``). The router cannot add instances: a pool target is realised as a split of
 the group's existing instances, and the instances whose role changes are the fewest possible.
 
-A policy document equal to the one the router last reported (``GET /admin/state``, read every tick) is not
-sent again: after an unknown outcome the next publication happens only if the state read back shows it did
-not take effect, and a restarted controller does not bump the router's generation for nothing.
+A policy document that puts in force the policy the router last reported (``GET /admin/state``, read every
+tick) is not sent again: after an unknown outcome the next publication happens only if the state read back
+shows it did not take effect, and a restarted controller does not bump the router's generation for nothing.
+Both documents are compared as the router runs them, resolved into typed per-tenant policies
+(:class:`policies.policy_file.ResolvedPolicy`: thresholds, SLOs, groups, attribution, expiry): key order,
+``300`` or ``300.0``, defaults written out or left to inherit do not count, nor does the free-text
+``description``. The document is serialised once, by the HTTP call that sends it.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 import aiohttp
 
 from controller.actuators.base import ActuationResult, Outcome, Plan, UnknownOutcomeLatch
 from controller.actuators.http import call
 from controller.sources.base import InstanceInfo, Topology
-from policies.policy_file import PolicyFileError, load_policy_text
+from policies.policy_file import PolicyFileError, ResolvedPolicy, load_policy_data, resolve_policy
 from policies.schema import PoolTargets
 
-__all__ = ["RouterActuator", "role_changes"]
+__all__ = ["RouterActuator", "policy_in_force", "role_changes"]
 
 
 def role_changes(topology: Topology, pools: Mapping[str, PoolTargets]) -> dict[str, str]:
@@ -49,13 +51,18 @@ def role_changes(topology: Topology, pools: Mapping[str, PoolTargets]) -> dict[s
     return changes
 
 
-def _normalised(document: Mapping[str, Any]) -> str | None:
-    """A policy document as the loader reads it (keys that were set, canonical JSON); ``None`` if invalid."""
+_SOURCE = "admin:policy"
+
+
+def policy_in_force(document: object) -> ResolvedPolicy | None:
+    """The typed policy ``document`` puts in force, as the router's loader resolves it; ``None`` if refused.
+
+    Two documents are the same to the router exactly when their results are equal.
+    """
     try:
-        parsed = load_policy_text(json.dumps(document), "policy document")
+        return resolve_policy(load_policy_data(document, _SOURCE), _SOURCE)
     except PolicyFileError:
         return None
-    return json.dumps(parsed.model_dump(mode="json", exclude_unset=True), sort_keys=True)
 
 
 class RouterActuator:
@@ -67,7 +74,7 @@ class RouterActuator:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self.latch = UnknownOutcomeLatch()
-        self._live_policy: str | None = None
+        self._live_policy: ResolvedPolicy | None = None
 
     @property
     def name(self) -> str:
@@ -83,10 +90,10 @@ class RouterActuator:
         """Roles and pending roles from ``GET /admin/state`` for the instances the topology knows."""
         reply = await call(self._http(), "GET", f"{self.url}/admin/state", headers=self._headers)
         if reply.outcome is not Outcome.APPLIED or not isinstance(reply.body, dict):
+            self._live_policy = None  # not read this tick: publish rather than trust an older reading
             return None
         self.latch.clear()
-        policy = reply.body.get("policy")
-        self._live_policy = _normalised(policy) if isinstance(policy, dict) else None
+        self._live_policy = policy_in_force(reply.body.get("policy"))
         live = {str(i.get("id")): i for i in reply.body.get("instances", []) if isinstance(i, dict)}
         instances: list[InstanceInfo] = []
         for info in topology.instances:
@@ -112,8 +119,9 @@ class RouterActuator:
             return self.latch.held(self.name)
         done: list[str] = []
         document = plan.policy_document
-        if document is not None and self._live_policy is not None and _normalised(document) == self._live_policy:
-            document = None
+        planned = None if document is None else policy_in_force(document)
+        if planned is not None and planned == self._live_policy:
+            document = None  # already in force
         if document is not None:
             reply = await call(
                 self._http(),
@@ -124,6 +132,7 @@ class RouterActuator:
             )
             if reply.outcome is not Outcome.APPLIED:
                 return self._failed(reply.outcome, reply.detail)
+            self._live_policy = planned  # in force now, until the next reading says otherwise
             done.append("policy")
         changes = role_changes(topology, plan.pools)
         if changes:

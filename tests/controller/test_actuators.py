@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,24 @@ from controller.loop import ControlLoop
 from controller.overrides import OverrideWatcher
 from controller.sources.base import InstanceInfo, Readout, Topology
 from controller.telemetry import Telemetry
-from policies.schema import PoolTargets
+from policies.documents import policy_document
+from policies.policy_file import load_policy_data, load_policy_text, resolve_policy
+from policies.schema import ControlAction, PoolTargets, RoutingThresholds
+from router.admin import document_of
 
 TOKEN = "s3cret"
+BASE = resolve_policy(
+    load_policy_text(
+        """
+tenant_groups: [{name: g, gpu_budget: 4}]
+slo: {ttft_p95_ms: 800}
+tenants:
+  - {name: chat, group: g, match: {api_keys: [k1]}}
+  - {name: rag, group: g, slo: {ttft_p95_ms: 2000}, expected_output_tokens: 64}
+routes: [{model: llama, tenant: rag}]
+"""
+    )
+)
 
 
 @dataclass
@@ -135,6 +150,60 @@ async def test_router_actuator_publishes_policy_and_roles(admin: tuple[FakeServe
         await actuator.close()
 
 
+async def test_router_actuator_compares_the_policy_in_force_not_its_spelling(
+    admin: tuple[FakeServer, dict[str, Any]],
+) -> None:
+    """The router reports its document re-dumped by its loader; the controller's document for the same
+    policy is spelled differently (every key written, other key order, floats for ints): nothing is sent."""
+    server, state = admin
+    rag = RoutingThresholds(min_remote_input_tokens=4096, max_prefill_queue_wait_s=0.25, traffic_percent=50.0)
+    planned = policy_document(BASE, ControlAction(thresholds={"rag": rag}), "published by pdctl controller")
+    live = json.loads(json.dumps(planned))
+    live["description"] = "written by a person"
+    for tenant in live["tenants"]:
+        tenant["rollout"]["traffic_percent"] = int(tenant["rollout"]["traffic_percent"])
+        tenant.pop("prompt_length_buckets")  # empty: the same as leaving it out
+        tenant["pd_disaggregation_policy"] = dict(reversed(tenant["pd_disaggregation_policy"].items()))
+    state["policy"] = document_of(load_policy_data(live))
+    actuator = RouterActuator(server.url, TOKEN, timeout_s=2.0)
+    try:
+        assert await actuator.observe(TOPOLOGY) is not None
+        sent = len(server.calls)
+        assert (await actuator.apply(Plan(1, planned), TOPOLOGY)).outcome is Outcome.UNCHANGED
+        assert len(server.calls) == sent
+        moved = policy_document(BASE, ControlAction(thresholds={"rag": replace(rag, traffic_percent=50.5)}))
+        assert (await actuator.apply(Plan(2, moved), TOPOLOGY)).outcome is Outcome.APPLIED
+        assert server.calls[-1][2] == {"policy": moved}, "the document itself is what goes over the wire"
+    finally:
+        await actuator.close()
+
+
+async def test_router_actuator_does_not_trust_a_reading_older_than_its_own_publication(
+    admin: tuple[FakeServer, dict[str, Any]],
+) -> None:
+    """Regression: after publishing A over a live B, a plan back to B before the next reading was held as
+    "already in force" (the stale reading of B), and the router kept running A."""
+    server, state = admin
+    actuator = RouterActuator(server.url, TOKEN, timeout_s=2.0)
+    rollback = {"mode": "aggregated_only"}
+    try:
+        assert await actuator.observe(TOPOLOGY) is not None  # live: {} (the built-in defaults)
+        assert (await actuator.apply(Plan(1, rollback), TOPOLOGY)).outcome is Outcome.APPLIED
+        assert (await actuator.apply(Plan(2, rollback), TOPOLOGY)).outcome is Outcome.UNCHANGED
+        assert (await actuator.apply(Plan(3, {}), TOPOLOGY)).outcome is Outcome.APPLIED
+        assert state["policy"] == {}
+        # A reading that fails is no reading: the next document is sent rather than compared with an old one.
+        assert await actuator.observe(TOPOLOGY) is not None
+        server.status = 503
+        assert await actuator.observe(TOPOLOGY) is None
+        server.status = 200
+        sent = len(server.calls)
+        assert (await actuator.apply(Plan(4, {}), TOPOLOGY)).outcome is Outcome.APPLIED
+        assert len(server.calls) == sent + 1
+    finally:
+        await actuator.close()
+
+
 async def test_router_actuator_pending_clears_once_the_role_change_settles(
     admin: tuple[FakeServer, dict[str, Any]],
 ) -> None:
@@ -199,9 +268,13 @@ async def test_unknown_outcome_is_not_retried_until_state_is_read_back(
         sent = len(server.calls)
         assert (await actuator.apply(Plan(3, {"description": "one"}), TOPOLOGY)).outcome is Outcome.UNCHANGED
         assert len(server.calls) == sent
-        assert (await actuator.apply(Plan(3, {"description": "two"}), TOPOLOGY)).outcome is Outcome.APPLIED
+        # Free text puts nothing new in force: not sent either.
+        assert (await actuator.apply(Plan(3, {"description": "two"}), TOPOLOGY)).outcome is Outcome.UNCHANGED
+        assert len(server.calls) == sent
+        assert (await actuator.apply(Plan(3, {"mode": "aggregated_only"}), TOPOLOGY)).outcome is Outcome.APPLIED
         server.status = 503
-        assert (await actuator.apply(Plan(4, {"description": "four"}), TOPOLOGY)).outcome is Outcome.UNKNOWN
+        rollback_rag = {"tenants": [{"name": "rag", "mode": "aggregated_only"}]}
+        assert (await actuator.apply(Plan(4, rollback_rag), TOPOLOGY)).outcome is Outcome.UNKNOWN
     finally:
         await actuator.close()
 

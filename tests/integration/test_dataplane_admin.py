@@ -163,3 +163,19 @@ tenants:
         record = c.records()[-1]
         assert record["route"] == "remote_prefill"
         assert record["decode_instance"] == "d1"
+
+
+async def test_policy_with_an_exponent_float_is_accepted_and_reported_as_sent(tmp_path: Path) -> None:
+    # JSON's 1e-05 is a number; re-reading the document as YAML text once refused it as a string.
+    async with live_cluster(tmp_path, 1, 1, policy_yaml=POLICY) as c:
+        new_policy = {
+            "pd_disaggregation_policy": {
+                "remote_prefill": {"min_input_tokens": 2048, "max_prefill_queue_wait_ms": 1e-05}
+            },
+            "tenants": [{"name": "chat"}],
+        }
+        async with c.session.put(c.url + "/admin/policy", json={"policy": new_policy}, headers=c.admin_headers()) as r:
+            assert r.status == 200
+        state = await _state(c)
+        assert state["policy"] == new_policy
+        assert state["generation"] == 1
