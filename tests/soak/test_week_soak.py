@@ -170,8 +170,9 @@ def test_a_simulated_week_under_the_rule_policy_and_guard(tmp_path: Path) -> Non
                 threshold_reversals += 1
             last_threshold_move[tenant] = (now, sign)
         previous_thresholds = dict(current)
-        guard_state = env._guard_state  # the guard's whole memory
-        structure_sizes.add((len(guard_state.groups), len(guard_state.tenants) <= len(env.tenants), len(current)))
+        guard_state = env._control.guard  # the guard's whole memory
+        tenants_bounded = max(len(guard_state.tenants), len(guard_state.threshold_moves)) <= len(env.tenants)
+        structure_sizes.add((len(guard_state.groups), tenants_bounded, len(current)))
         if (steps * INTERVAL_S) % DAY_S == 0 or env.sim.now_s >= scenario.duration_s - 1e-9:
             day = round(env.sim.now_s / DAY_S)
             snapshot = tracemalloc.take_snapshot()
