@@ -47,7 +47,7 @@ from env.sim.records import SimRequest
 from env.sim.simulator import ClusterSimulator
 from policies.base import Policy, PolicyContext
 from policies.baselines import BASELINES, make_baseline
-from policies.features import Observation
+from policies.features import Observation, ObservationLayout
 from policies.policy_file import load_policy_file, resolve_policy
 from policies.rules import QueueKvPolicy
 from policies.schema import ControlAction, Tenant
@@ -64,6 +64,7 @@ __all__ = [
     "aggregate",
     "all_baseline_specs",
     "evaluate",
+    "fixed_layout",
     "load_suites",
     "make_policy",
     "parse_watchdog_spec",
@@ -356,14 +357,26 @@ def weighted_goodput_rps(sim: ClusterSimulator, tenants: Sequence[Tenant], durat
     return sum(t.priority * slo_met(sim, ti) / duration_s for ti, t in enumerate(tenants))
 
 
+def fixed_layout(policy: Policy) -> ObservationLayout | None:
+    """The slot layout a policy was trained on (a learned policy, also under the watchdog); None for rule policies."""
+    from policies.learned import LearnedPolicy
+
+    if isinstance(policy, SloWatchdog):
+        return fixed_layout(policy.primary) or fixed_layout(policy.fallback)
+    return policy.manifest.layout if isinstance(policy, LearnedPolicy) else None
+
+
 def run_one(spec: RunSpec) -> RunResult:
     """Run one policy on one scenario and seed through the env, then score it."""
     import time
 
     start = time.perf_counter()
     scenario = scale_rates(resolve_scenario(Path(spec.scenario_path), spec.traces_dir), spec.rate_scale)
-    env = PDClusterEnv(scenario, traces_dir=spec.traces_dir)
-    policy = make_policy(spec.policy, env.scenario, spec.grid_point, spec.candidate_points)
+    policy = make_policy(spec.policy, scenario, spec.grid_point, spec.candidate_points)
+    try:  # only a learned policy fixes the slot layout; rule policies run scenarios of any size
+        env = PDClusterEnv(scenario, layout=fixed_layout(policy), traces_dir=spec.traces_dir)
+    except ValueError as exc:
+        raise ValueError(f"policy {spec.policy}: {exc}") from None
     env.reset(seed=spec.seed)
     if isinstance(policy, LookaheadPolicy):
         policy.bind(env)

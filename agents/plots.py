@@ -68,10 +68,15 @@ def _save(plt: Any, fig: Any, path: Path, dpi: int) -> Path:
     return path
 
 
-def plot_goodput(aggregate: Sequence[Mapping[str, Any]], out: Path) -> Path:
-    """Priority-weighted goodput (mean ± 95 % CI over seeds) per policy, one panel per scenario."""
-    plt = _pyplot()
+def plot_goodput(aggregate: Sequence[Mapping[str, Any]], out: Path) -> Path | None:
+    """Priority-weighted goodput (mean ± 95 % CI over seeds) per policy, one panel per scenario.
+
+    Returns None (and writes nothing) when no run produced a row, e.g. every run was refused.
+    """
     rows = [r for r in aggregate if r["tenant"] == "ALL"]
+    if not rows:
+        return None
+    plt = _pyplot()
     scenarios = sorted({r["scenario"] for r in rows})
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     colors = _colors(policies)
@@ -219,8 +224,9 @@ def plot_sweep(records: Sequence[Mapping[str, Any]], out: Path) -> Path:
 
 
 def write_all(aggregate: Sequence[Mapping[str, Any]], runs: Sequence[RunResult], out_dir: Path) -> list[Path]:
-    """Every evaluation plot into ``out_dir``."""
-    paths = [plot_goodput(aggregate, out_dir / "goodput.png")]
+    """Every evaluation plot into ``out_dir`` (none for scenarios without a finished run)."""
+    goodput = plot_goodput(aggregate, out_dir / "goodput.png")
+    paths = [goodput] if goodput is not None else []
     paths += plot_cdfs(runs, out_dir / "plots")
     paths += plot_decisions(runs, out_dir / "plots")
     return paths

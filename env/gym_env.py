@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -178,7 +178,10 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
     ## Arguments
 
     ``scenario`` (name in ``experiments/scenarios``, path or :class:`~env.scenario.Scenario`; a reset may switch
-    it with ``options={"scenario": ...}``), ``layout``, ``reward_weights``, ``guard_limits`` (default: the
+    it with ``options={"scenario": ...}``), ``layout`` (given, it is fixed — what a learned policy was trained
+    on — and a scenario with more groups or tenants than its slots is refused in one line; left out, the default
+    layout grows to fit every scenario the env is given, so rule-based and baseline policies run scenarios of any
+    size, and the spaces are those of the grown layout), ``reward_weights``, ``guard_limits`` (default: the
     controller's defaults), ``base_thresholds``, ``initial_pools`` (group → (prefill, decode)), ``traces_dir``,
     ``overrides`` (:class:`~policies.overrides.Override`, as the controller's override directory holds them; also
     :meth:`set_overrides`) and ``wall_start`` (wall time of simulated second 0, for override expiry).
@@ -209,8 +212,8 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
         overrides: Sequence[Override] = (),
         wall_start: datetime = SIM_EPOCH,
     ) -> None:
-        self.layout = layout or ObservationLayout()
-        self.codec = ActionCodec(self.layout)
+        self._fixed_layout = layout is not None
+        self._set_layout(layout or ObservationLayout())
         self.reward_weights = reward_weights or RewardWeights()
         self.guard = SafetyGuard(guard_limits or GuardLimits())
         self._base_override = dict(base_thresholds or {})
@@ -218,8 +221,6 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
         self._traces_dir = traces_dir
         self._overrides: tuple[Override, ...] = tuple(overrides)
         self.wall_start = wall_start
-        self.observation_space = self.layout.observation_space()
-        self.action_space = self.codec.action_space()
         self._profiles: dict[tuple[str, str], OperatorProfile] = {}
         self._workloads: OrderedDict[tuple[int, int], dict[str, RequestColumns]] = OrderedDict()
         self._set_scenario(resolve_scenario(scenario, traces_dir))
@@ -231,12 +232,32 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
 
     # ------------------------------------------------------------------------------------------- scenario
 
-    def _set_scenario(self, scenario: Scenario) -> None:
-        if len(scenario.tenant_groups) > self.layout.max_groups or len(scenario.tenants) > self.layout.max_tenants:
+    def _set_layout(self, layout: ObservationLayout) -> None:
+        self.layout = layout
+        self.codec = ActionCodec(layout)
+        self.observation_space = layout.observation_space()
+        self.action_space = self.codec.action_space()
+
+    def _fit_layout(self, scenario: Scenario) -> None:
+        """A given (fixed) layout must hold the scenario; without one the slots grow to fit it (never shrink)."""
+        num_groups, num_tenants = len(scenario.tenant_groups), len(scenario.tenants)
+        if num_groups <= self.layout.max_groups and num_tenants <= self.layout.max_tenants:
+            return
+        if self._fixed_layout:
             raise ValueError(
-                f"scenario {scenario.name}: {len(scenario.tenant_groups)} groups / {len(scenario.tenants)} tenants "
+                f"scenario {scenario.name}: {num_groups} groups / {num_tenants} tenants "
                 f"exceed the layout's {self.layout.max_groups} / {self.layout.max_tenants} slots"
             )
+        self._set_layout(
+            replace(
+                self.layout,
+                max_groups=max(self.layout.max_groups, num_groups),
+                max_tenants=max(self.layout.max_tenants, num_tenants),
+            )
+        )
+
+    def _set_scenario(self, scenario: Scenario) -> None:
+        self._fit_layout(scenario)
         if self._initial_pools:
             groups = []
             for g in scenario.tenant_groups:

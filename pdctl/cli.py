@@ -16,6 +16,7 @@ __all__ = ["COMMANDS", "app", "main", "register_commands"]
 COMMANDS: dict[str, str] = {
     "sim": "Run a scenario in the discrete-event simulator and print per-tenant latency and goodput.",
     "evaluate": "Evaluate policies over scenarios and seeds; write tables and plots.",
+    "scenarios": "Generate scenario files from a scenario family (one per seed; train/validation/test splits).",
     "train": "Train a learned policy from an experiment file (stable-baselines3, MLflow).",
     "profile": "Profile a workload (trace, router log or Prometheus) and say whether P/D pays off.",
     "plan": "Search P:D splits and thresholds with the simulator for a workload and SLO.",

@@ -9,7 +9,9 @@ expert of :mod:`agents.lookahead`) gets its own section in ``ranking.md``: how f
 and the static configurations could go on each scenario. ``watchdog:PRIMARY`` runs a policy under the SLO
 watchdog of :mod:`policies.watchdog` (rows in the same section). ``--sweep-rate`` also finds, per policy
 and scenario, the highest request-rate multiplier at which ≥ 90 % of requests meet both SLOs
-(``sweep.json``, ``sweep.png``). Bad input prints one line and exits 2.
+(``sweep.json``, ``sweep.png``). Bad input prints one line and exits 2. A run that raises (e.g. a learned
+policy refusing a scenario larger than its slot layout) is left out and reported in one line on stderr; when no
+run ran at all the command exits 1.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from rich.table import Table
 __all__ = ["register"]
 
 EXIT_INVALID = 2
+EXIT_NOTHING_RAN = 1
 
 
 def _fail(message: str) -> typer.Exit:
@@ -265,8 +268,7 @@ def _run(
     notes = ""
     if errors:
         notes = f"\n\n{len(errors)} of {len(evaluation.runs)} runs raised and are left out (results.json: errors)."
-        console.print(f"[red]{len(errors)} runs raised[/red]; first: {errors[0].spec.policy} on {errors[0].scenario} "
-                      f"seed {errors[0].spec.seed}: {errors[0].error}")  # fmt: skip
+        _report_refused(errors, len(evaluation.runs))
     learned = _learned_summary(ranked)
     if learned:
         console.print(learned)
@@ -279,10 +281,22 @@ def _run(
         from agents.plots import write_all
 
         write_all(evaluation.aggregate, evaluation.runs, out)
-    if sweep:
+    nothing_ran = len(errors) == len(evaluation.runs)
+    if sweep and not nothing_ran:
         _sweep(ev, paths, policy_list, seed_list, n_workers, traces_dir, evaluation.grid_points, out, console, plots,
                sweep_target, sweep_iterations)  # fmt: skip
     console.print(f"wrote {out}/results.csv, results.json, ranking.md" + (" and plots" if plots else ""))
+    if nothing_ran:
+        typer.echo(f"pdctl evaluate: none of the {len(errors)} runs ran (see above)", err=True)
+        raise typer.Exit(code=EXIT_NOTHING_RAN)
+
+
+def _report_refused(errors: Sequence[Any], total: int) -> None:
+    """One line per refused or crashed run on stderr: policy, scenario, seed and the first line of the error."""
+    typer.echo(f"pdctl evaluate: {len(errors)} of {total} runs raised and are left out:", err=True)
+    for run in errors:
+        first = str(run.error).splitlines()[0] if run.error else "?"
+        typer.echo(f"  {run.spec.policy} on {run.scenario} seed {run.spec.seed}: {first}", err=True)
 
 
 def _sweep(

@@ -265,6 +265,43 @@ def test_learned_policy_is_judged_like_the_gym_agent(tiny_path: Path, tmp_path: 
     assert next(r for r in result.rows if r["tenant"] == "ALL")["arrived"] > 0
 
 
+def test_learned_policy_refuses_a_scenario_larger_than_its_layout_in_one_line(tmp_path: Path) -> None:
+    """Rule policies run three groups / six tenants; the learned policy (2 / 4 slots) is refused, clearly."""
+    artifact = _random_artifact(tmp_path / "artifact")
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(tiny_scenario(duration_s=30.0, groups=3, name="big").model_dump(mode="json")))
+    rule = ev.run_one(ev.RunSpec("baseline:dynamo-legacy", str(path), 0))
+    assert rule.error is None
+    assert next(r for r in rule.rows if r["tenant"] == "ALL")["arrived"] > 0
+    for spec in (f"learned:{artifact}", f"watchdog:learned:{artifact}"):
+        refused = ev.run_one_safe(ev.RunSpec(spec, str(path), 0))
+        assert refused.rows == []
+        assert refused.error == (
+            f"ValueError: policy {spec}: scenario big: 3 groups / 6 tenants exceed the layout's 2 / 4 slots"
+        )
+
+
+def test_cli_reports_refused_runs_and_exits_non_zero_when_nothing_ran(tmp_path: Path) -> None:
+    from pdctl.cli import app
+
+    artifact = _random_artifact(tmp_path / "artifact")
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(tiny_scenario(duration_s=30.0, groups=3, name="big").model_dump(mode="json")))
+    args = ["evaluate", "--scenarios", str(path), "--seeds", "0", "--workers", "1"]
+    refused = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "none"), "--policies", f"learned:{artifact}"])
+    assert refused.exit_code == 1, refused.output
+    assert refused.exception is None or isinstance(refused.exception, SystemExit)
+    assert f"learned:{artifact} on big seed 0: ValueError: policy learned:" in refused.output
+    assert "none of the 1 runs ran" in refused.output
+    assert not (tmp_path / "none" / "goodput.png").exists()
+    mixed = CliRunner().invoke(
+        app, [*args, "--out", str(tmp_path / "some"), "--policies", f"baseline:aggregated,learned:{artifact}"]
+    )
+    assert mixed.exit_code == 0, mixed.output
+    assert "1 of 2 runs raised" in mixed.output
+    assert (tmp_path / "some" / "goodput.png").exists()
+
+
 def test_learned_summary_compares_with_best_baseline_grid_and_ceiling() -> None:
     from pdctl.commands.evaluate import _learned_summary
 

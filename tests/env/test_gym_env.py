@@ -144,6 +144,20 @@ def test_scenario_larger_than_layout_is_refused() -> None:
         PDClusterEnv(tiny_scenario(groups=2), layout=ObservationLayout(max_groups=1, max_tenants=4))
 
 
+def test_without_a_layout_the_env_grows_to_fit_any_scenario() -> None:
+    """Rule policies need no fixed slot layout: 3 groups / 6 tenants run, and the spaces follow the scenario."""
+    env = PDClusterEnv(tiny_scenario())
+    assert env.layout == ObservationLayout()  # shipped-size scenarios keep the default spaces
+    obs, _ = env.reset(seed=0, options={"scenario": tiny_scenario(groups=3, name="three-groups")})
+    assert (env.layout.max_groups, env.layout.max_tenants) == (3, 6)
+    assert obs in env.observation_space
+    assert env.action_space == env.codec.action_space()
+    step = env.control(ControlAction())
+    assert np.isfinite(step.reward)
+    obs, *_ = env.step_control(ControlAction())
+    assert obs in env.observation_space
+
+
 def test_initial_pools_override() -> None:
     env = PDClusterEnv(tiny_scenario(), initial_pools={"g0": (0, 4)})
     env.reset(seed=0)
