@@ -16,7 +16,9 @@ pools there, as it would for any policy — on the search seeds.
 configuration *of the evaluated sample paths* (an oracle over static configurations: it knows the load it will be
 scored on). The best mean priority-weighted goodput wins (ties: higher return). It is not an upper bound for
 dynamic policies: a per-request rule that reads queues (e.g. legacy Dynamo's) can beat every static threshold.
-Results are cached as JSON per scenario content, grid definition and seeds; runs are spread over processes.
+Results are cached as JSON (under ``$PDCTL_DATA_DIR/grid_cache``, ``./data/grid_cache`` by default) per scenario
+content, grid definition, seeds and the digest of the source that scores a point (simulator, env, core, harness), so
+an entry is never read across a code change; runs are spread over processes.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from agents.harness import ALL_TENANTS, RunSpec, run_many
+from agents.source_digest import source_digest
 from env.gym_env import resolve_scenario
 from env.scenario import Scenario
+from env.workloads.trace_catalog import data_dir
 from policies.route_levels import AGGREGATED, ALWAYS_REMOTE, remote_level
 
 __all__ = [
@@ -47,7 +51,7 @@ GRID_VERSION = 4
 """Bump when the grid, the scoring or the env changes what a cached result means (4: crisp ``remote>=N``
 levels of :mod:`policies.route_levels`, named ``aggregated`` / ``always_remote``, in force from the start)."""
 SEARCH_SEEDS: tuple[int, ...] = (0, 1, 2)
-DEFAULT_CACHE_DIR = Path(__file__).resolve().parents[1] / "experiments" / "results" / "grid_cache"
+DEFAULT_CACHE_DIR = data_dir() / "grid_cache"
 _REMOTE_LEVELS_TOKENS = (512, 1024, 2048, 4096, 8192)
 ROUTE_LEVELS: tuple[str, ...] = (AGGREGATED, ALWAYS_REMOTE, *(remote_level(n) for n in _REMOTE_LEVELS_TOKENS))
 
@@ -82,9 +86,21 @@ def grid_points(scenario: Scenario) -> list[dict[str, Any]]:
     return points
 
 
+_CODE_PATHS = (
+    "agents/harness.py",
+    "agents/runs.py",
+    "agents/policy_specs.py",
+    "agents/grid_search.py",
+    "env",
+    "policies",
+)
+"""Source a grid point's score depends on: the run harness and episode loop, the simulator and env, the core."""
+
+
 def _cache_key(scenario: Scenario, seeds: Sequence[int]) -> str:
     payload = {
         "version": GRID_VERSION,
+        "code": source_digest(f"grid-v{GRID_VERSION}", _CODE_PATHS),
         "scenario": scenario.model_dump(mode="json"),
         "levels": ROUTE_LEVELS,
         "seeds": list(seeds),
