@@ -1,7 +1,7 @@
 """The one episode loop: reset → observe → decide → control → drain, in the gym env.
 
 Evaluation runs (:mod:`agents.harness`), ``pdctl sim``, the lookahead expert's copies (:mod:`agents.lookahead`)
-and the capacity planner's probes (:mod:`agents.plan`) all drive :class:`env.gym_env.PDClusterEnv` through
+and the capacity planner's probes (:mod:`agents.planning`) all drive :class:`env.gym_env.PDClusterEnv` through
 :func:`run_episode`, one interval at a time with :func:`control_interval`, so a policy is judged by the same
 code path wherever it runs. Control goes through the env's public methods only (``reset``, ``control``,
 ``drain``); the loop reads the simulated clock from ``env.sim``, and an episode with a stop check (the planner's

@@ -5,7 +5,7 @@ maximum sustainable rate (≥ 90 % SLO attainment) and the Pareto front of goodp
 ``--out DIR`` writes ``plan.json``, ``pareto.png`` and ``best_scenario.yaml`` (the searched scenario deployed
 as the best configuration: ``pdctl sim --scenario DIR/best_scenario.yaml --policy file:POLICY`` replays it);
 ``--emit-policy FILE`` writes the best configuration as a per-tenant policy file. The search itself is
-:mod:`agents.plan`. Bad input prints one line naming the file or field and exits 2.
+:mod:`agents.planning`. Bad input prints one line naming the file or field and exits 2.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def _run(
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from agents.plan import PlanInputError, best_scenario, load_plan_scenario, parse_slo, plan, policy_document
+    from agents.planning import PlanInputError, best_scenario, load_plan_scenario, parse_slo, plan, policy_document
     from policies.policy_file import PolicyFileError, dump_policy_yaml, load_policy_text, resolve_policy
 
     try:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from agents import evaluate as ev
 from agents import grid_search as gs
-from agents.plan import PlanConfig
+from agents.planning import PlanConfig
 from env.gym_env import resolve_scenario
 from env.scenario import Scenario
 from policies.base import Policy

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from agents.plan import PlanInputError, parse_slo
+from agents.planning import PlanInputError, parse_slo
 from pdctl.cli import app
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from agents.plan import PlanConfig, load_plan_scenario, parse_slo, plan, policy_document, run_probe
+from agents.planning import PlanConfig, load_plan_scenario, parse_slo, plan, policy_document, run_probe
 from env.scenario import Scenario
 from pdctl.cli import app
 from policies.policy_file import load_policy_file, load_policy_text, resolve_policy

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-import agents.plan as plan_module
-from agents.plan import (
+import agents.planning.search as plan_module
+from agents.planning.search import (
     AGGREGATED,
     ALWAYS_REMOTE,
     Capacity,

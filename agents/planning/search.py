@@ -108,7 +108,7 @@ PLAN_VERSION = 1
 """Bump when the meaning of a cached probe changes in a way the code hash does not see."""
 DEFAULT_LEVELS_TOKENS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
 GROUP_NAME = "main"
-_REPO_ROOT = Path(__file__).resolve().parents[1]
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 _CODE_PATHS = (
     "agents/runs.py",
     "env/gym_env.py",
