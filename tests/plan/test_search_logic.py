@@ -8,8 +8,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-import agents.planning.search as plan_module
-from agents.planning.search import (
+import agents.planning.probes as probes_module
+from agents.planning import (
     AGGREGATED,
     ALWAYS_REMOTE,
     Capacity,
@@ -20,6 +20,8 @@ from agents.planning.search import (
     grid_scale,
     plan,
 )
+from agents.planning.result import rank_key
+from agents.planning.search import shared_bisection
 from env.scenario import Scenario
 
 STEPS = 16
@@ -94,9 +96,9 @@ def test_candidates_respect_tp_and_levels() -> None:
 def test_shared_bisection_brackets_each_survivor_to_one_grid_step(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[PlanConfig, float]] = []
     capacity = {PlanConfig(1, 3, ALWAYS_REMOTE): 2.3, PlanConfig(2, 2, ALWAYS_REMOTE): 0.3}
-    monkeypatch.setattr(plan_module, "run_probe", _fake_probe(capacity.__getitem__, calls))
+    monkeypatch.setattr(probes_module, "run_probe", _fake_probe(capacity.__getitem__, calls))
     with ProbeRunner(_scenario(4)) as runner:
-        caps = plan_module._shared_bisection(runner, list(capacity), target_frac=0.9, steps_per_doubling=STEPS)
+        caps = shared_bisection(runner, list(capacity), target_frac=0.9, steps_per_doubling=STEPS)
     best = caps[PlanConfig(1, 3, ALWAYS_REMOTE)]
     assert best.lo <= 2.3 < best.hi  # type: ignore[operator]
     assert best.hi == pytest.approx(best.lo * grid_scale(1, STEPS))
@@ -109,18 +111,16 @@ def test_shared_bisection_brackets_each_survivor_to_one_grid_step(monkeypatch: p
 
 def test_ladder_goes_down_when_nothing_passes_at_the_workload_rate(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[PlanConfig, float]] = []
-    monkeypatch.setattr(plan_module, "run_probe", _fake_probe(lambda c: 0.2, calls))
+    monkeypatch.setattr(probes_module, "run_probe", _fake_probe(lambda c: 0.2, calls))
     with ProbeRunner(_scenario(2)) as runner:
-        caps = plan_module._shared_bisection(
-            runner, [PlanConfig(0, 2, AGGREGATED)], target_frac=0.9, steps_per_doubling=STEPS
-        )
+        caps = shared_bisection(runner, [PlanConfig(0, 2, AGGREGATED)], target_frac=0.9, steps_per_doubling=STEPS)
     cap = caps[PlanConfig(0, 2, AGGREGATED)]
     assert cap.lo <= 0.2 < cap.hi  # type: ignore[operator]
     assert cap.lo > 0.2 / grid_scale(1, STEPS)
 
 
 def _best_split(capacities: list[Capacity]) -> Capacity:
-    return min(capacities, key=plan_module._rank_key({}))
+    return min(capacities, key=rank_key({}))
 
 
 @settings(max_examples=40, deadline=None)
@@ -141,7 +141,7 @@ def test_coarse_to_fine_matches_exhaustive_on_unimodal_landscapes(
     with pytest.MonkeyPatch.context() as mp:
         for exhaustive in (False, True):
             calls: list[tuple[PlanConfig, float]] = []
-            mp.setattr(plan_module, "run_probe", _fake_probe(capacity, calls))
+            mp.setattr(probes_module, "run_probe", _fake_probe(capacity, calls))
             results[exhaustive] = (plan(_scenario(num_instances), exhaustive=exhaustive, pareto=False), len(calls))
     (smart, smart_calls), (full, full_calls) = results[False], results[True]
     assert abs(smart.best.config.num_prefill - full.best.config.num_prefill) <= 1
@@ -154,7 +154,7 @@ def test_coarse_to_fine_matches_exhaustive_on_unimodal_landscapes(
 def test_plan_is_independent_of_the_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
     calls: list[tuple[PlanConfig, float]] = []
     capacity = _landscape(3, "remote>=2048", 2.0)["capacity"]
-    monkeypatch.setattr(plan_module, "run_probe", _fake_probe(capacity, calls))
+    monkeypatch.setattr(probes_module, "run_probe", _fake_probe(capacity, calls))
     first = plan(_scenario(8), cache_dir=tmp_path, pareto=True)  # type: ignore[arg-type]
     ran = len(calls)
     second = plan(_scenario(8), cache_dir=tmp_path, pareto=True)  # type: ignore[arg-type]
@@ -180,11 +180,11 @@ def test_per_tenant_levels_are_refined_when_they_raise_capacity(monkeypatch: pyt
         return base + bonus
 
     calls: list[tuple[PlanConfig, float]] = []
-    monkeypatch.setattr(plan_module, "run_probe", _fake_probe(capacity, calls))
+    monkeypatch.setattr(probes_module, "run_probe", _fake_probe(capacity, calls))
     result = plan(_two_tenant_scenario(6), pareto=False)
     assert result.best.config == PlanConfig(2, 4, "remote>=2048", (("u", ALWAYS_REMOTE),))
     assert result.best.lo <= 2.9 < result.best.hi  # type: ignore[operator]
     assert any(s["stage"] == "per-tenant-1" for s in result.stages)
     # a refinement that does not help leaves the common level alone
-    monkeypatch.setattr(plan_module, "run_probe", _fake_probe(lambda c: 1.0 if c.tenant_routes else 2.0, calls))
+    monkeypatch.setattr(probes_module, "run_probe", _fake_probe(lambda c: 1.0 if c.tenant_routes else 2.0, calls))
     assert plan(_two_tenant_scenario(6), pareto=False).best.config.tenant_routes == ()
