@@ -43,21 +43,10 @@ first ``routes`` rule naming the model; else the tenant ``default`` (built in wh
 by decode pressure (see :mod:`policies.routing`, rule 11).
 """
 
-from policies.policy_file.schema import (
-    DEFAULT_GROUP,
-    DEFAULT_TENANT,
-    PolicyFile,
-    PolicyFileError,
-    PolicyProblem,
-    ResolvedPolicy,
-    TenantBlock,
-    TenantPolicy,
-    dump_policy_yaml,
-    load_policy_data,
-    load_policy_file,
-    load_policy_text,
-    resolve_policy,
-)
+from policies.policy_file.errors import PolicyFileError, PolicyProblem
+from policies.policy_file.load import dump_policy_yaml, load_policy_data, load_policy_file, load_policy_text
+from policies.policy_file.resolve import ResolvedPolicy, TenantPolicy, resolve_policy
+from policies.policy_file.schema import DEFAULT_GROUP, DEFAULT_TENANT, PolicyFile, TenantBlock
 
 __all__ = [
     "DEFAULT_GROUP",
