@@ -28,29 +28,24 @@ failed trial is marked ``FAILED`` with a ``pdctl.sweep.error`` line (traceback i
 does not stop the others. At the end the parent gets the summary table ranked by held-out goodput
 (``sweep_summary.md`` / ``.json``, also written to ``OUT``), ``best_trial.*`` params and ``sweep/*`` metrics.
 
-**Backends.** Default: a :class:`~concurrent.futures.ProcessPoolExecutor` with the ``spawn`` context (no forked
-copies of a driver's threads or MLflow clients), ``max_parallel`` workers (default: the CPU count). With a Ray
-address, trials are ``ray.remote`` tasks with ``num_cpus_per_trial`` CPUs each, at most ``max_parallel`` in flight;
-Ray is imported only then. ``local`` starts an in-process local Ray instance (``ray.init(num_cpus=…,
-include_dashboard=False)``): Ray's own ``local_mode`` was removed (ray 2.60 raises on ``ray.init(local_mode=True)``),
-and a local instance runs the same code path as a cluster. Any other value is passed to ``ray.init(address=…)``
-(``auto``, ``HOST:PORT``, ``ray://HOST:PORT``); if Ray is already initialised in this process, that session is used.
-On a cluster every node needs pdctl installed, and the tracking URI must be a server every node reaches (not the
-default SQLite file).
+**Backends** (:mod:`agents.sweep_backends`). Default: a :class:`~concurrent.futures.ProcessPoolExecutor` with the
+``spawn`` context (no forked copies of a driver's threads or MLflow clients), ``max_parallel`` workers (default: the
+CPU count). With a Ray address, trials are ``ray.remote`` tasks with ``num_cpus_per_trial`` CPUs each, at most
+``max_parallel`` in flight; Ray is imported only then. ``local`` starts an in-process local Ray instance
+(``ray.init(num_cpus=…, include_dashboard=False)``): Ray's own ``local_mode`` was removed (ray 2.60 raises on
+``ray.init(local_mode=True)``), and a local instance runs the same code path as a cluster. Any other value is passed
+to ``ray.init(address=…)`` (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``); if Ray is already initialised in this
+process, that session is used. On a cluster every node needs pdctl installed, and the tracking URI must be a server
+every node reaches (not the default SQLite file).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import multiprocessing
-import os
 import time
-import traceback
-from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -60,8 +55,16 @@ from pydantic import ValidationError
 from agents.config import ExperimentConfig, ExperimentError, validation_lines
 from agents.evaluate import scenario_paths
 from agents.registry import default_tracking_uri, ensure_experiment
+from agents.sweep_backends import (
+    SweepError,
+    TrialJob,
+    TrialOutcome,
+    import_ray,
+    run_trial,
+    trial_backend,
+)
 from agents.tracking import provenance_tags
-from agents.train import evaluate_policies, train
+from agents.train import evaluate_policies
 
 __all__ = [
     "RANKING_METRIC",
@@ -77,13 +80,6 @@ __all__ = [
 
 RANKING_METRIC = "eval/learned_weighted_goodput_rps"
 """What trials are ranked by: mean priority-weighted goodput on the held-out scenarios and seeds (MLflow metric)."""
-
-LOCAL_RAY = "local"
-"""``--ray-address local``: start an in-process local Ray instance (Ray's ``local_mode`` no longer exists)."""
-
-
-class SweepError(RuntimeError):
-    """The sweep could not run at all (Ray missing or unreachable); one line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,32 +98,6 @@ class Trial:
         cells = [f"seed={self.seed}", f"scenarios={'+'.join(self.scenarios)}"]
         cells += [f"{k}={_compact(v)}" for k, v in self.hyperparameters.items()]
         return " ".join(cells)
-
-
-@dataclass(slots=True)
-class TrialOutcome:
-    """What one trial produced (picklable; crosses process and Ray boundaries)."""
-
-    index: int
-    run_id: str
-    status: str
-    """``finished`` or ``failed``."""
-    goodput: float | None = None
-    evaluation: dict[str, float] = field(default_factory=dict)
-    wall_s: float | None = None
-    timesteps: int | None = None
-    env_steps_per_s: float | None = None
-    artifact: str | None = None
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Job:
-    index: int
-    config: dict[str, Any]
-    out_dir: str
-    tracking_uri: str
-    run_id: str
 
 
 @dataclass(slots=True)
@@ -155,11 +125,6 @@ class SweepResult:
 
 def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":")) if isinstance(value, list | dict) else str(value)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def plan_trials(config: ExperimentConfig, source: str = "<experiment>") -> list[Trial]:
@@ -209,96 +174,6 @@ def plan_trials(config: ExperimentConfig, source: str = "<experiment>") -> list[
     if problems:
         raise ExperimentError("\n".join(problems))
     return trials
-
-
-def run_trial(job: _Job) -> TrialOutcome:
-    """Train one trial in this process (a pool worker or a Ray task); never raises for a failed trial."""
-    os.environ["MLFLOW_RUN_ID"] = job.run_id  # train()'s mlflow.start_run resumes the child run the driver made
-    out = Path(job.out_dir)
-    try:
-        config = ExperimentConfig.model_validate(job.config)
-        result = train(config, out, tracking_uri=job.tracking_uri, progress=False, evaluate_baselines=False)
-        evaluation = result.evaluation[f"learned:{result.artifact}"]
-        return TrialOutcome(
-            index=job.index,
-            run_id=job.run_id,
-            status="finished",
-            goodput=evaluation["mean"],
-            evaluation=dict(evaluation),
-            wall_s=result.wall_s,
-            timesteps=result.timesteps,
-            env_steps_per_s=result.env_steps_per_s,
-            artifact=str(result.artifact),
-        )
-    except Exception as exc:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
-        return TrialOutcome(index=job.index, run_id=job.run_id, status="failed", error=_one_line(exc))
-    finally:
-        os.environ.pop("MLFLOW_RUN_ID", None)
-
-
-def _failed(job: _Job, exc: BaseException) -> TrialOutcome:
-    return TrialOutcome(index=job.index, run_id=job.run_id, status="failed", error=_one_line(exc))
-
-
-def _run_local(jobs: list[_Job], max_parallel: int | None) -> Iterator[TrialOutcome]:
-    workers = max(1, min(max_parallel or os.cpu_count() or 1, len(jobs)))
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
-    try:
-        futures = {pool.submit(run_trial, job): job for job in jobs}
-        for future in as_completed(futures):
-            try:
-                yield future.result()
-            except Exception as exc:  # a worker died (BrokenProcessPool) or the result did not unpickle
-                yield _failed(futures[future], exc)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)  # an interrupted sweep does not start queued trials
-
-
-def _import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise SweepError("--ray-address needs Ray, which is not installed: pip install 'pdctl[ray]'") from None
-    return ray
-
-
-@contextmanager
-def _ray_session(address: str, num_cpus: int) -> Iterator[Any]:
-    ray = _import_ray()
-    if ray.is_initialized():
-        yield ray
-        return
-    try:
-        if address == LOCAL_RAY:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level="warning")
-        else:
-            ray.init(address=address, logging_level="warning")
-    except Exception as exc:
-        raise SweepError(f"cannot start Ray at {address!r}: {_one_line(exc)}") from None
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
-
-def _run_ray(ray: Any, jobs: list[_Job], max_parallel: int | None, num_cpus: float) -> Iterator[TrialOutcome]:
-    remote = ray.remote(num_cpus=num_cpus, max_retries=0)(run_trial)
-    queue = list(jobs)
-    pending: dict[Any, _Job] = {}
-    limit = max_parallel or len(jobs)
-    while queue or pending:
-        while queue and len(pending) < limit:
-            job = queue.pop(0)
-            pending[remote.remote(job)] = job
-        done, _ = ray.wait(list(pending), num_returns=1)
-        for ref in done:
-            job = pending.pop(ref)
-            try:
-                yield ray.get(ref)
-            except Exception as exc:  # the task's worker died (RayTaskError / WorkerCrashedError)
-                yield _failed(job, exc)
 
 
 def _rank(outcomes: list[TrialOutcome]) -> list[TrialOutcome]:
@@ -411,7 +286,7 @@ def run_sweep(
     """
     trials = plan_trials(config, source)
     if ray_address is not None:
-        _import_ray()  # fail before any MLflow run exists
+        import_ray()  # fail before any MLflow run exists
 
     import mlflow
     from mlflow import MlflowClient
@@ -464,7 +339,7 @@ def run_sweep(
             children[trial.index] = child.info.run_id
             client.update_run(child.info.run_id, status="SCHEDULED")
             jobs.append(
-                _Job(
+                TrialJob(
                     trial.index,
                     trial.config.model_dump(mode="json"),
                     str(out / f"trial-{trial.index:03d}"),
@@ -473,7 +348,7 @@ def run_sweep(
                 )
             )
         by_index = {t.index: t for t in trials}
-        with _backend(jobs, ray_address, parallel, cpus) as results:
+        with trial_backend(jobs, ray_address, parallel, cpus) as results:
             for outcome in results:
                 outcomes.append(outcome)
                 _close_child(client, outcome, by_index[outcome.index], config.name, stamp)
@@ -499,18 +374,6 @@ def _mlflow_params(params: dict[str, str]) -> list[Any]:
 
 def _overrides(trial: Trial) -> dict[str, Any]:
     return {"seed": trial.seed, "scenarios": list(trial.scenarios), "hyperparameters": trial.hyperparameters}
-
-
-@contextmanager
-def _backend(
-    jobs: list[_Job], ray_address: str | None, max_parallel: int | None, num_cpus: float
-) -> Iterator[Iterator[TrialOutcome]]:
-    if ray_address is None:
-        yield _run_local(jobs, max_parallel)
-        return
-    total = max_parallel or os.cpu_count() or 1
-    with _ray_session(ray_address, total) as ray:
-        yield _run_ray(ray, jobs, max_parallel, num_cpus)
 
 
 def _close_child(client: Any, outcome: TrialOutcome, trial: Trial, name: str, stamp: str) -> None:
