@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 from hypothesis import example, given, settings
@@ -22,9 +24,11 @@ from agents.planning import (
 )
 from agents.planning.result import rank_key
 from agents.planning.search import shared_bisection
+from agents.source_digest import source_digest
 from env.scenario import Scenario
 
 STEPS = 16
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _scenario(gpus: int, tp: int = 1) -> Scenario:
@@ -188,3 +192,27 @@ def test_per_tenant_levels_are_refined_when_they_raise_capacity(monkeypatch: pyt
     # a refinement that does not help leaves the common level alone
     monkeypatch.setattr(probes_module, "run_probe", _fake_probe(lambda c: 1.0 if c.tenant_routes else 2.0, calls))
     assert plan(_two_tenant_scenario(6), pareto=False).best.config.tenant_routes == ()
+
+
+def test_code_version_hashes_every_module_of_the_planner(tmp_path: Path) -> None:
+    """The probe cache is keyed by the planner's own source: a change to any of its modules is a new version."""
+    package = Path(probes_module.__file__).parent
+    modules = sorted(p.name for p in package.glob("*.py"))
+    assert {"inputs.py", "probes.py", "search.py", "result.py"} <= set(modules)
+    root = tmp_path / "repo"
+    for rel in probes_module._CODE_PATHS:  # a copy of the hashed source, to edit without touching the checkout
+        source = REPO / rel
+        target = root / rel
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    before = source_digest("plan", probes_module._CODE_PATHS, root)
+    for name in modules:
+        file = root / "agents" / "planning" / name
+        original = file.read_text()
+        file.write_text(original + "\n# changed\n")
+        assert source_digest("plan", probes_module._CODE_PATHS, root) != before, name
+        file.write_text(original)
+    assert source_digest("plan", probes_module._CODE_PATHS, root) == before
