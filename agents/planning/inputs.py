@@ -2,9 +2,8 @@
 
 :func:`load_plan_scenario` turns a planner source (scenario YAML, fitted-workload file, Azure CSV, Mooncake
 JSONL, router JSONL log or ServeGen folder) into the one-group scenario every probe runs; :func:`parse_slo`
-reads ``--slo``. A :class:`PlanConfig` is one static configuration of that group's instances:
-
-:func:`plan` searches static configurations of one tenant group of ``N`` GPUs (``N // tp`` instances):
+reads ``--slo``. A :class:`PlanConfig` is one static configuration of that group's ``N // tp`` instances
+(``N`` GPUs):
 
 * **aggregated** — every instance serves prefill and decode (``aggregated`` role, every request local);
 * **disaggregated** ``P:D`` with ``P + D = N // tp`` and ``P, D ≥ 1``, under one route level for every tenant:
