@@ -257,9 +257,9 @@ def make_policy(
             raise ValueError("grid: needs the grid-search result of the scenario")
         return static_policy(grid_point, scenario, spec)
     if kind == "learned":
-        from policies.learned import LearnedPolicy
+        from policies.artifacts import load_learned
 
-        return LearnedPolicy.load(argument)
+        return load_learned(argument)
     if kind == "expert":
         return _expert(spec, argument, scenario, candidate_points)
     raise ValueError(

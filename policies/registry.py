@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from policies import baselines as _baselines
+from policies.artifacts import load_learned
 from policies.base import Policy, PolicyContext
 from policies.features import Observation
-from policies.learned import LearnedPolicy, PolicyLoadError
+from policies.learned import PolicyLoadError
 from policies.policy_file import PolicyFileError, ResolvedPolicy, load_policy_file, resolve_policy
 from policies.rules import FilePolicy, QueueKvParams, QueueKvPolicy
 from policies.schema import ControlAction
@@ -109,7 +110,7 @@ def load_artifact_dir(path: Path, spec: str) -> Policy:
     try:
         if policy_file.is_file():
             return FilePolicy(resolve_policy(load_policy_file(policy_file), str(policy_file)), spec)
-        return _Labelled(LearnedPolicy.load(path), spec)
+        return _Labelled(load_learned(path), spec)
     except (PolicyFileError, PolicyLoadError) as exc:
         raise PolicySpecError(f"policy spec {spec!r}: {str(exc).splitlines()[0]}") from None
 
