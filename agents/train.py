@@ -86,9 +86,14 @@ def _env_factory(scenarios: Sequence[str], layout: ObservationLayout, rank: int,
 
 def make_vec_env(config: ExperimentConfig) -> VecNormalize:
     """The training envs (subprocesses unless ``vec_env: dummy``) under observation/reward normalisation."""
-    layout = config.layout.to_layout()
-    scenarios = [str(p) for p in scenario_paths(config.scenarios)]
-    factories = [_env_factory(scenarios, layout, rank, config.seed) for rank in range(config.n_envs)]
+    if config.layout.kind == "set":  # a generated scenario (or a listed one) per episode, relative features
+        from agents.set_training import set_env_factories
+
+        factories = set_env_factories(config)
+    else:
+        layout = config.layout.to_layout()
+        scenarios = [str(p) for p in scenario_paths(config.scenarios)]
+        factories = [_env_factory(scenarios, layout, rank, config.seed) for rank in range(config.n_envs)]
     venv: VecEnv
     if config.vec_env == "subprocess" and config.n_envs > 1:
         venv = SubprocVecEnv(factories, start_method="spawn")
@@ -124,6 +129,10 @@ def evaluate_policies(
 
 
 def _export(model: MaskablePPO, venv: VecNormalize, out: Path, config: ExperimentConfig, run_id: str | None) -> Path:
+    if config.layout.kind == "set":
+        from agents.set_training import export_set
+
+        return export_set(model, out, config, run_id)
     layout = config.layout.to_layout()
     tenants = [t.name for t in venv.get_attr("tenants", [0])[0]]
     groups = [g.name for g in venv.get_attr("groups", [0])[0]]
@@ -371,7 +380,12 @@ def train(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     layout = config.layout.to_layout()
-    held_out = scenario_paths(config.held_out_scenarios)
+    if config.family is not None and not config.eval_scenarios:  # the family's validation split, never its test
+        from agents.set_training import family_validation_paths
+
+        held_out = family_validation_paths(config, out)
+    else:
+        held_out = scenario_paths(config.held_out_scenarios)
 
     uri = default_tracking_uri(tracking_uri)
     mlflow.set_tracking_uri(uri)
@@ -389,7 +403,7 @@ def train(
                 "total_timesteps": config.total_timesteps,
                 "n_envs": config.n_envs,
                 "seed": config.seed,
-                "scenarios": ",".join(config.scenarios),
+                "scenarios": ",".join(config.scenarios) or f"family:{config.family.path if config.family else ''}",
                 **{f"hp.{k}": v for k, v in config.hyperparameters.model_dump().items()},
             }
         )
@@ -400,8 +414,14 @@ def train(
         # 2. algorithm
         hp = config.hyperparameters
         activation = torch.nn.Tanh if hp.activation == "tanh" else torch.nn.ReLU
+        policy: Any = "MlpPolicy"
+        policy_kwargs: dict[str, Any] = {"net_arch": list(hp.net_arch), "activation_fn": activation}
+        if config.layout.kind == "set":
+            from agents.set_training import set_policy_args
+
+            policy, policy_kwargs = set_policy_args(config)
         model = MaskablePPO(
-            "MlpPolicy",
+            policy,
             venv,
             learning_rate=hp.learning_rate,
             n_steps=hp.n_steps,
@@ -413,7 +433,7 @@ def train(
             ent_coef=hp.ent_coef,
             vf_coef=hp.vf_coef,
             max_grad_norm=hp.max_grad_norm,
-            policy_kwargs={"net_arch": list(hp.net_arch), "activation_fn": activation},
+            policy_kwargs=policy_kwargs,
             seed=config.seed,
             device="cpu",
             verbose=0,
