@@ -396,7 +396,9 @@ def train(
         experiment_id=experiment_id, run_name=run_name(config.name, config.algorithm, config.seed)
     ) as run:
         run_id = run.info.run_id
-        mlflow.set_tags(provenance_tags(layout, {"pdctl.experiment": config.name}))
+        mlflow.set_tags(
+            provenance_tags(layout, {"pdctl.experiment": config.name, "pdctl.layout_kind": config.layout.kind})
+        )
         mlflow.log_params(
             {
                 "algorithm": config.algorithm,
