@@ -197,6 +197,9 @@ def search(
                 "slo_attainment_frac": sum(t["slo_attainment_frac"] or 0.0 for t in totals) / len(totals),
             }
         )
+    if not scored:
+        first = errors[0]["errors"][0]
+        raise RuntimeError(f"grid search of {scenario.name}: every configuration failed; first: {first}")
     best = max(scored, key=lambda p: (p["weighted_goodput_rps"], p["episode_return"]))
     result = {
         "scenario": scenario.name,

@@ -7,9 +7,13 @@ A registered policy is an MLflow model version whose source is a directory of ar
 
 Resolving ``models:/NAME@ALIAS`` back to files is the serving side's job (:mod:`controller.policy_registry`).
 A new version gets the alias ``challenger``. :func:`promote` moves ``champion`` (or any alias) to a version only
-when its held-out evaluation beats the current champion and the best baseline by ``margin_frac``; the numbers
-are version tags written at registration (``eval.goodput``, ``eval.best_baseline_goodput``), so the gate needs
-no simulator at promotion time. A refusal raises :class:`PromotionRefused` with the numbers.
+when its evaluation beats the current champion and the best baseline by ``margin_frac``. The gate reads only
+**evidence** pdctl produced (:mod:`agents.gate`): the evaluation document in the candidate's run, written by
+:func:`evaluate_version` (or by ``pdctl train``), bound to the version's policy files and to the scenario set's
+hash; the gate re-hashes the version's artifacts and refuses evidence about other files or, for the champion, on
+another scenario set. Numbers a caller types are not accepted anywhere. The ``gate.*`` version tags are a copy for
+:func:`list_policies` to display; the gate never reads them. A refusal raises :class:`PromotionRefused` with the
+numbers.
 
 The tracking URI defaults to a SQLite file under ``./data/mlflow`` (embedded default); ``MLFLOW_TRACKING_URI``
 or an explicit URI selects a server.
@@ -21,11 +25,23 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlflow.exceptions import MlflowException
+
+from agents.gate import (
+    EVIDENCE_PATH,
+    EvidenceError,
+    GateEvidence,
+    PolicyScore,
+    ScenarioSet,
+    directory_sha256,
+    evaluate_specs,
+    policy_spec_for,
+    utc_now,
+)
 
 __all__ = [
     "DEFAULT_TRACKING_DIR",
@@ -34,14 +50,18 @@ __all__ = [
     "RegistryError",
     "default_tracking_uri",
     "ensure_experiment",
+    "evaluate_version",
     "list_policies",
+    "log_evidence",
     "promote",
     "register_policy",
+    "training_evidence",
 ]
 
 DEFAULT_TRACKING_DIR = Path("data") / "mlflow"
-GOODPUT_TAG = "eval.goodput"
-BASELINE_TAG = "eval.best_baseline_goodput"
+GOODPUT_TAG = "gate.goodput"
+BASELINE_TAG = "gate.best_baseline_goodput"
+SCENARIO_SET_TAG = "gate.scenario_set_sha256"
 KIND_TAG = "pdctl.kind"
 
 
@@ -129,13 +149,12 @@ def register_policy(
     *,
     tracking_uri: str | None = None,
     run_id: str | None = None,
-    evaluation: Mapping[str, float] | None = None,
     experiment: str = "pdctl-policies",
 ) -> RegisteredPolicy:
     """Register an artifact directory or a policy file as a new version of ``name`` with alias ``challenger``.
 
-    ``evaluation`` may carry ``goodput`` and ``best_baseline_goodput`` (held-out scenarios) for the gate.
-    Without ``run_id`` a run is created in ``experiment`` to hold the artifacts.
+    Without ``run_id`` a run is created in ``experiment`` to hold the artifacts. The version has no evidence
+    for the gate until :func:`evaluate_version` (or ``pdctl train``) logs some to its run.
     """
     import mlflow
 
@@ -167,9 +186,6 @@ def register_policy(
         client.create_registered_model(name)
     version = client.create_model_version(name=name, source=artifact_uri, run_id=run_id)
     client.set_model_version_tag(name, version.version, KIND_TAG, kind)
-    for key, tag in (("goodput", GOODPUT_TAG), ("best_baseline_goodput", BASELINE_TAG)):
-        if evaluation and key in evaluation:
-            client.set_model_version_tag(name, version.version, tag, repr(float(evaluation[key])))
     client.set_registered_model_alias(name, "challenger", version.version)
     return _describe(client, name, int(version.version))
 
@@ -202,6 +218,147 @@ def list_policies(name: str | None = None, *, tracking_uri: str | None = None) -
     return sorted(out, key=lambda p: (p.name, -p.version))
 
 
+def _version(client, name: str, version: int):  # type: ignore[no-untyped-def]
+    try:
+        return client.get_model_version(name, str(version))
+    except MlflowException as exc:
+        raise RegistryError(f"{name} version {version}: not found ({exc.__class__.__name__})") from None
+
+
+def _download_version(client, name: str, version: int, dst: Path) -> Path:  # type: ignore[no-untyped-def]
+    import mlflow
+
+    mv = _version(client, name, version)
+    try:
+        return Path(
+            mlflow.artifacts.download_artifacts(
+                artifact_uri=str(mv.source), dst_path=str(dst), tracking_uri=client.tracking_uri
+            )
+        )
+    except (MlflowException, OSError) as exc:
+        raise RegistryError(f"{name} v{version}: artifacts not downloadable ({exc.__class__.__name__})") from None
+
+
+def _version_sha256(client, name: str, version: int) -> str:  # type: ignore[no-untyped-def]
+    with tempfile.TemporaryDirectory(prefix="pdctl-gate-") as tmp:
+        return directory_sha256(_download_version(client, name, version, Path(tmp)))
+
+
+def _read_evidence(client, name: str, version: int) -> GateEvidence | None:  # type: ignore[no-untyped-def]
+    import mlflow
+
+    mv = _version(client, name, version)
+    if not mv.run_id:
+        return None
+    with tempfile.TemporaryDirectory(prefix="pdctl-gate-") as tmp:
+        try:
+            local = mlflow.artifacts.download_artifacts(
+                run_id=mv.run_id, artifact_path=EVIDENCE_PATH, dst_path=tmp, tracking_uri=client.tracking_uri
+            )
+        except (MlflowException, OSError):
+            return None
+        text = Path(local).read_text(encoding="utf-8")
+    try:
+        return GateEvidence.from_json(text, f"{name} v{version} run {mv.run_id} {EVIDENCE_PATH}")
+    except EvidenceError as exc:
+        raise PromotionRefused(str(exc)) from None
+
+
+def log_evidence(client, name: str, version: int, evidence: GateEvidence) -> None:  # type: ignore[no-untyped-def]
+    """Log ``evidence`` to the run of ``name`` v``version`` and copy its numbers to display-only tags."""
+    mv = _version(client, name, version)
+    if not mv.run_id:
+        raise RegistryError(f"{name} v{version}: no MLflow run to hold the evidence")
+    client.log_text(mv.run_id, evidence.to_json(), EVIDENCE_PATH)
+    client.set_model_version_tag(name, str(version), GOODPUT_TAG, repr(evidence.candidate.mean))
+    best = evidence.best_reference()
+    if best is not None:
+        client.set_model_version_tag(name, str(version), BASELINE_TAG, repr(best[1].mean))
+    client.set_model_version_tag(name, str(version), SCENARIO_SET_TAG, evidence.scenario_set.sha256)
+
+
+def evaluate_version(
+    name: str,
+    version: int,
+    scenarios: Sequence[Path],
+    seeds: Sequence[int],
+    *,
+    baselines: Sequence[str] = (),
+    alias: str = "champion",
+    tracking_uri: str | None = None,
+) -> GateEvidence:
+    """Evaluate ``name`` v``version``, the ``alias`` holder (if another version) and ``baselines`` on one set.
+
+    The version's artifacts are downloaded from the registry and evaluated as they are stored (so the evidence
+    is about the files the gate will hash); the document is logged to the version's run (:func:`log_evidence`).
+    """
+    client = _client(tracking_uri)
+    scenario_set = ScenarioSet.of(list(scenarios), list(seeds))
+    with tempfile.TemporaryDirectory(prefix="pdctl-gate-") as tmp:
+        candidate_dir = _download_version(client, name, version, Path(tmp) / "candidate")
+        specs = {"candidate": policy_spec_for(candidate_dir)}
+        champion: dict[str, object] | None = None
+        holder = _alias_holder(client, name, alias)
+        if holder is not None and holder != version:
+            champion_dir = _download_version(client, name, holder, Path(tmp) / "champion")
+            specs["champion"] = policy_spec_for(champion_dir)
+            champion = {"alias": alias, "version": holder, "policy_sha256": directory_sha256(champion_dir)}
+        scores = evaluate_specs([*specs.values(), *baselines], list(scenarios), list(seeds))
+        evidence = GateEvidence(
+            policy_sha256=directory_sha256(candidate_dir),
+            scenario_set=scenario_set,
+            candidate=scores[specs["candidate"]],
+            references={b: scores[b] for b in baselines},
+            champion=None if champion is None else {**champion, "score": scores[specs["champion"]].as_dict()},
+            produced_by="agents.registry.evaluate_version",
+            created_utc=utc_now(),
+        )
+    log_evidence(client, name, version, evidence)
+    return evidence
+
+
+def training_evidence(
+    artifact: Path, scenarios: Sequence[Path], seeds: Sequence[int], evaluation: Mapping[str, Mapping[str, float]]
+) -> GateEvidence:
+    """Evidence from ``pdctl train``'s own held-out evaluation of ``artifact`` (``learned:ARTIFACT`` and baselines)."""
+
+    def score(row: Mapping[str, float]) -> PolicyScore:
+        return PolicyScore(float(row["mean"]), {k: float(v) for k, v in row.items() if k != "mean"})
+
+    candidate = f"learned:{artifact}"
+    return GateEvidence(
+        policy_sha256=directory_sha256(artifact),
+        scenario_set=ScenarioSet.of(list(scenarios), list(seeds)),
+        candidate=score(evaluation[candidate]),
+        references={k: score(v) for k, v in evaluation.items() if k != candidate},
+        produced_by="agents.train",
+        created_utc=utc_now(),
+    )
+
+
+def _alias_holder(client, name: str, alias: str) -> int | None:  # type: ignore[no-untyped-def]
+    try:
+        return int(client.get_model_version_by_alias(name, alias).version)
+    except MlflowException:
+        return None
+
+
+def _champion_bar(client, name: str, alias: str, holder: int, evidence: GateEvidence) -> tuple[str, float]:  # type: ignore[no-untyped-def]
+    """The alias holder's score on the candidate's scenario set, from evidence the gate can verify."""
+    holder_sha = _version_sha256(client, name, holder)
+    alongside = evidence.champion_score()
+    if alongside is not None and alongside[0] == holder and alongside[1] == holder_sha:
+        return f"{alias} v{holder}", alongside[2].mean
+    own = _read_evidence(client, name, holder)
+    if own is not None and own.policy_sha256 == holder_sha and own.scenario_set.sha256 == evidence.scenario_set.sha256:
+        return f"{alias} v{holder}", own.candidate.mean
+    raise PromotionRefused(
+        f"{name}: no verifiable score of {alias} v{holder} on the candidate's scenario set "
+        f"{evidence.scenario_set.sha256[:12]}; run `pdctl policy evaluate {name} --version <candidate>` to evaluate "
+        f"both on one set; {alias} unchanged"
+    )
+
+
 def promote(
     name: str,
     version: int,
@@ -211,34 +368,43 @@ def promote(
     tracking_uri: str | None = None,
     force: bool = False,
 ) -> RegisteredPolicy:
-    """Move ``alias`` to ``version`` if it beats the current holder and the best baseline by ``margin_frac``."""
+    """Move ``alias`` to ``version`` if its evidence beats the current holder and the best baseline by ``margin_frac``.
+
+    The evidence is the candidate run's :data:`agents.gate.EVIDENCE_PATH`, checked against the version's files
+    (module docstring); ``force`` skips the gate.
+    """
+    if not 0.0 <= margin_frac < 1.0 or margin_frac != margin_frac:
+        raise RegistryError(f"margin must be within [0, 1), got {margin_frac}")
     client = _client(tracking_uri)
-    try:
-        candidate = _describe(client, name, version)
-    except MlflowException as exc:
-        raise RegistryError(f"{name} version {version}: not found ({exc.__class__.__name__})") from None
+    _version(client, name, version)
     if not force:
-        if candidate.goodput is None:
+        evidence = _read_evidence(client, name, version)
+        if evidence is None:
             raise PromotionRefused(
-                f"{name} v{version}: no held-out evaluation ({GOODPUT_TAG} tag); register it with an evaluation"
+                f"{name} v{version}: no evaluation evidence ({EVIDENCE_PATH} in its run); run "
+                f"`pdctl policy evaluate {name} --version {version} --scenarios ... --seeds ...`"
+            )
+        actual = _version_sha256(client, name, version)
+        if evidence.policy_sha256 != actual:
+            raise PromotionRefused(
+                f"{name} v{version}: the evidence is about other policy files (sha256 {evidence.policy_sha256[:12]}, "
+                f"the version's files {actual[:12]}); re-evaluate it; {alias} unchanged"
             )
         bars: list[tuple[str, float]] = []
-        if candidate.best_baseline_goodput is not None:
-            bars.append(("best baseline", candidate.best_baseline_goodput))
-        try:
-            holder = client.get_model_version_by_alias(name, alias)
-        except MlflowException:
-            holder = None
-        if holder is not None and int(holder.version) != version:
-            held = _describe(client, name, int(holder.version))
-            if held.goodput is not None:
-                bars.append((f"{alias} v{held.version}", held.goodput))
+        best = evidence.best_reference()
+        if best is not None:
+            bars.append((f"best baseline {best[0]}", best[1].mean))
+        holder = _alias_holder(client, name, alias)
+        if holder is not None and holder != version:
+            bars.append(_champion_bar(client, name, alias, holder, evidence))
+        goodput = evidence.candidate.mean
         for label, value in bars:
             need = value * (1.0 + margin_frac)
-            if candidate.goodput < need:
+            if goodput < need:
                 raise PromotionRefused(
-                    f"{name} v{version}: goodput {candidate.goodput:.4g} does not beat {label} {value:.4g} "
-                    f"by {margin_frac:.1%} (needs ≥ {need:.4g}); {alias} unchanged"
+                    f"{name} v{version}: goodput {goodput:.4g} does not beat {label} {value:.4g} "
+                    f"by {margin_frac:.1%} (needs ≥ {need:.4g}, scenario set {evidence.scenario_set.sha256[:12]}); "
+                    f"{alias} unchanged"
                 )
     client.set_registered_model_alias(name, alias, str(version))
     return _describe(client, name, version)

@@ -14,7 +14,8 @@ experiment's ``eval_seeds`` (≥ 1000, never a training seed).
 4. **Export** — the best checkpoint as safetensors + manifest (:mod:`agents.export`).
 5. **Evaluate** — learned vs the experiment's baselines on the held-out scenarios and seeds; the table goes to
    MLflow as an artifact and as ``eval/*`` metrics.
-6. **Register** — optionally as a new version (alias ``challenger``) with the evaluation numbers for the gate.
+6. **Register** — optionally as a new version (alias ``challenger``), its held-out evaluation logged to the run as
+   the promotion gate's evidence (:mod:`agents.gate`: bound to the artifact's files and the scenario set's hash).
 """
 
 from __future__ import annotations
@@ -42,7 +43,13 @@ from agents.config import ExperimentConfig
 from agents.evaluate import RunSpec, run_one, scenario_paths
 from agents.export import export_policy
 from agents.pretrain import Demonstrations
-from agents.registry import default_tracking_uri, ensure_experiment, register_policy
+from agents.registry import (
+    default_tracking_uri,
+    ensure_experiment,
+    log_evidence,
+    register_policy,
+    training_evidence,
+)
 from agents.tracking import MlflowWriter, provenance_tags, run_name
 from env.gym_env import PDClusterEnv
 from policies.features import ObservationLayout
@@ -484,12 +491,10 @@ def train(
         # 6. register
         version = None
         if config.register_as:
-            numbers = {"goodput": learned}
-            if best_baseline is not None:
-                numbers["best_baseline_goodput"] = best_baseline
-            version = register_policy(
-                artifact, config.register_as, tracking_uri=uri, run_id=run_id, evaluation=numbers
-            ).version
+            # The gate's evidence: this held-out evaluation, bound to the artifact's files and the scenario set.
+            evidence = training_evidence(artifact, held_out, config.eval_seeds, evaluation)
+            version = register_policy(artifact, config.register_as, tracking_uri=uri, run_id=run_id).version
+            log_evidence(MlflowClient(tracking_uri=uri), config.register_as, version, evidence)
     return TrainResult(
         artifact, run_id, wall_s, steps, steps / max(wall_s, 1e-9), evaluation, version, model, normalize_obs
     )

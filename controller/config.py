@@ -134,10 +134,24 @@ class GuardConfig(_Strict):
     cooldown_s: Annotated[float, Field(ge=0)] = 60.0
     hysteresis_ticks: Annotated[int, Field(ge=1)] = 2
     max_staleness_s: Annotated[float, Field(ge=0)] = 30.0
+    threshold_dead_band_frac: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.05, description="a routing-threshold change smaller than this fraction of its value is held (0 = off)"
+    )
+    threshold_reversal_hold_s: Annotated[float, Field(ge=0)] = Field(
+        600.0,
+        description="seconds after a threshold moved during which a move back the other way is refused (0 = off)",
+    )
 
     def limits(self) -> GuardLimits:
         """As the guard's dataclass."""
-        return GuardLimits(self.max_step_per_tick, self.cooldown_s, self.hysteresis_ticks, self.max_staleness_s)
+        return GuardLimits(
+            self.max_step_per_tick,
+            self.cooldown_s,
+            self.hysteresis_ticks,
+            self.max_staleness_s,
+            self.threshold_dead_band_frac,
+            self.threshold_reversal_hold_s,
+        )
 
 
 class WatchdogConfig(_Strict):
@@ -152,6 +166,16 @@ class WatchdogConfig(_Strict):
     hold_intervals: Annotated[int, Field(ge=1)] = 20
     backoff: Annotated[float, Field(ge=1)] = 2.0
     max_hold_intervals: Annotated[int, Field(ge=1)] = 10_000
+    fallback_margin_frac: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.05, description="with evidence, failing = attainment below the fallback's estimate less this margin"
+    )
+    load_tolerance_frac: Annotated[float, Field(gt=0)] = Field(
+        0.25, description="fallback windows within this ratio of the judged window's load per instance count"
+    )
+    min_evidence_windows: Annotated[int, Field(ge=1)] = Field(
+        3, description="comparable fallback windows needed before the estimate replaces min_attainment_frac"
+    )
+    max_evidence_windows: Annotated[int, Field(ge=1)] = Field(512, description="fallback windows remembered")
 
     @model_validator(mode="after")
     def _consistent(self) -> WatchdogConfig:
@@ -173,6 +197,10 @@ class WatchdogConfig(_Strict):
             self.hold_intervals,
             self.backoff,
             self.max_hold_intervals,
+            self.fallback_margin_frac,
+            self.load_tolerance_frac,
+            self.min_evidence_windows,
+            self.max_evidence_windows,
         )
 
 

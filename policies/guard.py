@@ -19,20 +19,60 @@ stale or missing data):
 7. cooldown: no change within ``cooldown_s`` of the last applied change;
 8. hysteresis: the same direction must be asked for ``hysteresis_ticks`` ticks in a row.
 
-Per tenant: thresholds for unknown tenants are dropped; on stale data thresholds are held; a tenant's
-thresholds change at most once per ``cooldown_s``.
+Per tenant, in order: thresholds for unknown tenants are dropped; on stale data thresholds are held; a tenant's
+thresholds change at most once per ``cooldown_s``; then **threshold hysteresis**:
+
+* *dead band*: a change that moves every ordered threshold (the numeric fields of
+  :class:`~policies.schema.RoutingThresholds`, :data:`ORDERED_THRESHOLD_FIELDS`) by less than
+  ``threshold_dead_band_frac`` of its value, and changes nothing else, is held;
+* *reversal hold*: a change that moves an ordered threshold in the direction opposite to that field's last
+  applied move, within ``threshold_reversal_hold_s`` of that move, **by the same deciding policy**
+  (``ControlAction.policy_id``), is refused (the whole change: the tenant's thresholds stay as they are). A
+  policy that lowers a tenant's remote-prefill threshold and relaxes it back the next interval (the 544
+  reversals per simulated week of ``benchmarks/results/soak.md``) so settles on one side for at least the hold.
+  A move by another policy is not held: a handover (the SLO watchdog's fallback taking over from the primary,
+  or a reloaded policy) exists to undo what the previous policy did, at once; the watchdog's own hold bounds
+  how often handovers happen.
+
+Changes of the non-ordered fields (booleans such as ``disaggregation_enabled``, the route rule, fallback
+actions, models, buckets) pass the dead band and have no direction: only the cooldown applies to them. An
+operator's rollback is an override, applied after the guard, and is never held by it.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from policies.base import PolicyContext
 from policies.schema import ControlAction, MetricWindow, PoolTargets, RoutingThresholds, TenantGroup
 
-__all__ = ["Clamp", "ClampReason", "GroupGuardState", "GuardLimits", "GuardResult", "GuardState", "SafetyGuard"]
+__all__ = [
+    "ORDERED_THRESHOLD_FIELDS",
+    "Clamp",
+    "ClampReason",
+    "GroupGuardState",
+    "GuardLimits",
+    "GuardResult",
+    "GuardState",
+    "SafetyGuard",
+    "ThresholdMove",
+]
+
+ORDERED_THRESHOLD_FIELDS: tuple[str, ...] = (
+    "min_remote_input_tokens",
+    "max_local_input_tokens",
+    "max_prefill_queue_wait_s",
+    "min_expected_output_tokens",
+    "decode_pressure_threshold_frac",
+    "traffic_percent",
+    "uncached_ratio_threshold_frac",
+    "max_prefill_queue_requests",
+    "prefill_busy_factor",
+)
+"""Numeric fields of :class:`~policies.schema.RoutingThresholds` that have a direction (up / down): the ones the
+dead band and the reversal hold look at. Every other field is a switch or a set (no direction)."""
 
 
 class ClampReason(enum.StrEnum):
@@ -51,6 +91,8 @@ class ClampReason(enum.StrEnum):
     HYSTERESIS = "hysteresis"
     STALE_HOLD_THRESHOLDS = "stale_hold_thresholds"
     THRESHOLD_COOLDOWN = "threshold_cooldown"
+    THRESHOLD_DEAD_BAND = "threshold_dead_band"
+    THRESHOLD_REVERSAL = "threshold_reversal"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +104,19 @@ class GuardLimits:
         cooldown_s: seconds after an applied change during which the group is held.
         hysteresis_ticks: consecutive ticks a change must be asked for (same direction) before it is applied.
         max_staleness_s: a window older than this is stale: no scale-down, thresholds held.
+        threshold_dead_band_frac: a routing-threshold change smaller than this fraction of every ordered field's
+            value is held (0 = off). Default 0.05: a 5 % nudge is noise; the rule policy's steps are 25 %.
+        threshold_reversal_hold_s: seconds after a threshold field moved during which a move of that field in
+            the opposite direction is refused (0 = off). Default 600 s: ten one-minute intervals, the window in
+            which the soak counts a reversal as flapping.
     """
 
     max_step_per_tick: int = 1
     cooldown_s: float = 60.0
     hysteresis_ticks: int = 2
     max_staleness_s: float = 30.0
+    threshold_dead_band_frac: float = 0.05
+    threshold_reversal_hold_s: float = 600.0
 
     def __post_init__(self) -> None:
         if self.max_step_per_tick < 1:
@@ -76,6 +125,10 @@ class GuardLimits:
             raise ValueError("cooldown_s and max_staleness_s must be >= 0")
         if self.hysteresis_ticks < 1:
             raise ValueError("hysteresis_ticks must be >= 1")
+        if not 0.0 <= self.threshold_dead_band_frac < 1.0:
+            raise ValueError(f"threshold_dead_band_frac must be within [0, 1), got {self.threshold_dead_band_frac}")
+        if self.threshold_reversal_hold_s < 0:
+            raise ValueError(f"threshold_reversal_hold_s must be >= 0, got {self.threshold_reversal_hold_s}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +141,24 @@ class GroupGuardState:
 
 
 @dataclass(frozen=True, slots=True)
+class ThresholdMove:
+    """The last applied move of one ordered threshold field: its direction (+1 up, -1 down), when, and by whom."""
+
+    direction: int
+    at_s: float
+    policy_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class GuardState:
     """Guard memory of all tenant groups (immutable; :meth:`SafetyGuard.apply` returns the next one)."""
 
     groups: Mapping[str, GroupGuardState] = field(default_factory=dict)
     tenants: Mapping[str, float] = field(default_factory=dict)
     """When each tenant's thresholds last changed (``context.now_s``)."""
+    threshold_moves: Mapping[str, Mapping[str, ThresholdMove]] = field(default_factory=dict)
+    """Per tenant, per ordered field (:data:`ORDERED_THRESHOLD_FIELDS`), its last applied move (at most one entry
+    per tenant and field: the memory does not grow with time)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +186,27 @@ class GuardResult:
 
 def _sign(value: int) -> int:
     return (value > 0) - (value < 0)
+
+
+def _relative_change(old: float, new: float) -> float:
+    """``|new - old|`` over the larger magnitude (0 when both are 0): within [0, 1] for values of one sign."""
+    scale = max(abs(old), abs(new))
+    return 0.0 if scale == 0 else abs(new - old) / scale
+
+
+def _ordered_directions(old: RoutingThresholds, new: RoutingThresholds) -> dict[str, int]:
+    """Direction of every ordered field that differs between ``old`` and ``new``."""
+    out: dict[str, int] = {}
+    for name in ORDERED_THRESHOLD_FIELDS:
+        before, after = float(getattr(old, name)), float(getattr(new, name))
+        if after != before:
+            out[name] = 1 if after > before else -1
+    return out
+
+
+_UNORDERED_THRESHOLD_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in fields(RoutingThresholds) if f.name not in ORDERED_THRESHOLD_FIELDS
+)
 
 
 def _group_data_complete(window: MetricWindow, context: PolicyContext, group: str) -> bool:
@@ -252,9 +338,10 @@ class SafetyGuard:
             if name in next_states:
                 next_states[name] = replace(next_states[name], streak_direction=(0, 0), streak_ticks=0)
         tenant_changes = dict(state.tenants)
-        thresholds = self._thresholds(action.thresholds, context, stale, clamps, tenant_changes)
+        moves = dict(state.threshold_moves)
+        thresholds = self._thresholds(action, context, stale, clamps, tenant_changes, moves)
         guarded = ControlAction(thresholds=thresholds, pools=pools, reason=action.reason, policy_id=action.policy_id)
-        return GuardResult(guarded, tuple(clamps), GuardState(next_states, tenant_changes))
+        return GuardResult(guarded, tuple(clamps), GuardState(next_states, tenant_changes, moves))
 
     @staticmethod
     def _pending(window: MetricWindow, group: str) -> bool:
@@ -293,15 +380,16 @@ class SafetyGuard:
 
     def _thresholds(
         self,
-        requested: Mapping[str, RoutingThresholds],
+        action: ControlAction,
         context: PolicyContext,
         stale: bool,
         clamps: list[Clamp],
         changes: dict[str, float],
+        moves: dict[str, Mapping[str, ThresholdMove]],
     ) -> dict[str, RoutingThresholds]:
         known = {t.name for t in context.tenants}
         out: dict[str, RoutingThresholds] = {}
-        for tenant, thresholds in requested.items():
+        for tenant, thresholds in action.thresholds.items():
             if tenant not in known:
                 clamps.append(Clamp("tenant", tenant, ClampReason.UNKNOWN_TENANT, "not in the policy"))
                 continue
@@ -315,6 +403,48 @@ class SafetyGuard:
                     left_s = self.limits.cooldown_s - (context.now_s - last_s)
                     clamps.append(Clamp("tenant", tenant, ClampReason.THRESHOLD_COOLDOWN, f"{left_s:.1f} s left"))
                     continue
+                held = self._hysteresis(tenant, current, thresholds, moves.get(tenant, {}), context.now_s, action)
+                if held is not None:
+                    clamps.append(held)
+                    continue
                 changes[tenant] = context.now_s
+                applied = _ordered_directions(current, thresholds)
+                moves[tenant] = {
+                    **moves.get(tenant, {}),
+                    **{name: ThresholdMove(sign, context.now_s, action.policy_id) for name, sign in applied.items()},
+                }
             out[tenant] = thresholds
         return out
+
+    def _hysteresis(
+        self,
+        tenant: str,
+        current: RoutingThresholds,
+        requested: RoutingThresholds,
+        last_moves: Mapping[str, ThresholdMove],
+        now_s: float,
+        action: ControlAction,
+    ) -> Clamp | None:
+        """The clamp that holds ``current`` -> ``requested`` (dead band or reversal), ``None`` if it may pass."""
+        limits = self.limits
+        switched = any(getattr(current, n) != getattr(requested, n) for n in _UNORDERED_THRESHOLD_FIELDS)
+        if not switched and limits.threshold_dead_band_frac > 0:
+            largest = max(
+                _relative_change(float(getattr(current, n)), float(getattr(requested, n)))
+                for n in ORDERED_THRESHOLD_FIELDS
+            )
+            if largest < limits.threshold_dead_band_frac:
+                detail = f"largest change {largest:.1%} < dead band {limits.threshold_dead_band_frac:.1%}"
+                return Clamp("tenant", tenant, ClampReason.THRESHOLD_DEAD_BAND, detail)
+        for name, sign in _ordered_directions(current, requested).items():
+            last = last_moves.get(name)
+            if last is None or last.direction != -sign or last.policy_id != action.policy_id:
+                continue
+            age_s = now_s - last.at_s
+            if age_s < limits.threshold_reversal_hold_s:
+                detail = (
+                    f"{name} {getattr(current, name)} -> {getattr(requested, name)} reverses its move "
+                    f"{age_s:.0f} s ago ({limits.threshold_reversal_hold_s - age_s:.0f} s of hold left)"
+                )
+                return Clamp("tenant", tenant, ClampReason.THRESHOLD_REVERSAL, detail)
+        return None

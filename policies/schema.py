@@ -240,10 +240,11 @@ class LiveState:
         prefix_hit_tokens: prompt tokens already cached on the chosen decode instance.
         kv_transfer_healthy: whether the prefill→decode transfer path is currently healthy.
         num_prefill_instances: healthy prefill instances able to take the request.
-        prefill_queue_requests: requests waiting on the chosen prefill instance (legacy Dynamo rule).
+        prefill_queue_requests: prefill legs in flight on the chosen prefill instance (legacy Dynamo rule).
         prefill_active_tokens: prompt tokens queued or running on the chosen prefill instance (Dynamo load rule).
         prefill_max_batched_tokens: that instance's ``max_num_batched_tokens``.
-        decode_kv_usage_frac: KV usage of the chosen decode instance with this request added (decode-busy gate).
+        decode_kv_usage_frac: KV usage of the chosen decode instance as last observed, without this request
+            (decode-busy gate; see :mod:`policies.placement`).
     """
 
     prefill_queue_wait_s: float | None = None

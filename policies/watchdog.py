@@ -1,29 +1,43 @@
-"""The SLO watchdog: hands control from a policy to a fallback while the cluster misses its objectives.
+"""The SLO watchdog: hands control from a policy to a fallback while the fallback would do better.
 
 A learned policy is trained on a family of scenarios; on traffic unlike anything it saw it can be badly wrong
 (``experiments/results/learned/README.md``, "Outside the training distribution": on an unseen tenant mix the
 shipped generalist lost to every rule baseline). :class:`SloWatchdog` wraps such a *primary* policy with a
 *fallback* (a rule policy: a policy file or a baseline) and watches one number per interval, the
-**priority- and rate-weighted SLO attainment** of the window::
+**priority- and rate-weighted SLO attainment** of the window (:func:`weighted_attainment`)::
 
     attainment = Σ priority × request_rate_rps × slo_attainment_frac / Σ priority × request_rate_rps
 
 over the tenants whose rate and attainment are known (no known tenant: no verdict, the streak is kept).
 
-* The primary decides while the attainment stays at or above ``min_attainment_frac``.
-* After ``trigger_intervals`` intervals in a row below it, the watchdog *trips*: the fallback decides for
-  ``hold_intervals`` intervals, then the primary gets control back (and a fresh streak).
-* Each further trip multiplies the hold by ``backoff`` (capped at ``max_hold_intervals``): a primary that keeps
-  failing is handed back ever more rarely.
-* While the fallback decides, a group it asks no pool change for (no target, or the sizes running) is sent back
-  to the pool sizes running at the watchdog's first decision (as deployed), so a split the primary moved does not
-  outlive it; a pool move the fallback asks for wins.
+**The bar.** A judged window *fails* when its attainment is below the bar:
+
+* the fallback's estimated attainment at this window's load, less ``fallback_margin_frac``, once there is
+  evidence: at least ``min_evidence_windows`` windows the fallback decided at an offered load per instance within
+  ``load_tolerance_frac`` of this one (:mod:`policies.fallback_evidence` explains the estimate and its limits).
+  A primary that is poor where the fallback was as poor is not failing: handing over would not help;
+* otherwise (no fallback window yet, or none at a comparable load, or the load unknown) the absolute floor
+  ``min_attainment_frac``, a backstop until such evidence exists. The first trip is always the floor's.
+
+**Trips.** After ``trigger_intervals`` failing intervals in a row, the watchdog *trips*: the fallback decides for
+``hold_intervals`` intervals, then the primary gets control back (and a fresh streak). Each further trip
+multiplies the hold by ``backoff`` (capped at ``max_hold_intervals``): a primary that keeps failing is handed
+back ever more rarely. The windows the fallback is answerable for are recorded as evidence for later bars.
+
+**Pools.** While the fallback decides, a group it asks no pool change for (no target, or the sizes running) is
+sent back to the split **relative to its budget** that ran at the watchdog's first decision: the share of the
+group's instances that prefilled then, applied to the group's current budget (the instances it ran then as a share
+of its budget then, times its budget now), within its current bounds. With the budget unchanged this is the split
+as deployed; after a budget change it is the same proportions of the new budget, not a stale absolute count. A
+pool move the fallback asks for wins.
 
 The watchdog judges only windows the primary is answerable for: a window is judged when the decision before
 it was the primary's (not the first window, which shows what ran before the watchdog, nor the first window after
-a hold, which shows the fallback's last interval). It is a pure policy like the ones it wraps (no I/O, no
-clock); its state is the streak, the hold and the trip count, exposed for telemetry
-(:attr:`SloWatchdog.state`).
+a hold, which shows the fallback's last interval); symmetrically, a window is fallback evidence only when the
+decision before it was the fallback's. It is a pure policy like the ones it wraps (no I/O, no clock); its state
+is the streak, the hold, the trip count and the fallback's record, exposed for telemetry
+(:attr:`SloWatchdog.state`). How attainment is computed is :func:`weighted_attainment`'s business; judging
+(:func:`judge`) only compares numbers.
 """
 
 from __future__ import annotations
@@ -31,11 +45,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from policies.base import Policy, PolicyContext
+from policies.fallback_evidence import FallbackEstimate, FallbackRecord, offered_load_rps_per_instance
 from policies.features import Observation
-from policies.schema import ControlAction, PoolTargets
+from policies.schema import ControlAction, PoolTargets, TenantGroup
 from policies.scoring import pooled_attainment_frac
 
-__all__ = ["FALLBACK_KINDS", "SloWatchdog", "WatchdogParams", "WatchdogState", "weighted_attainment"]
+__all__ = [
+    "FALLBACK_KINDS",
+    "BudgetSplit",
+    "SloWatchdog",
+    "Verdict",
+    "WatchdogParams",
+    "WatchdogState",
+    "judge",
+    "weighted_attainment",
+]
 
 FALLBACK_KINDS: tuple[str, ...] = ("baseline", "file")
 """Policy-spec kinds a fallback may be: rule policies, which need no training stack and cannot be out of their
@@ -52,6 +76,13 @@ class WatchdogParams:
         hold_intervals: intervals the fallback keeps control after the first trip.
         backoff: factor on the hold for every further trip.
         max_hold_intervals: cap on the hold.
+        fallback_margin_frac: with evidence, a window fails when its attainment is below the fallback's estimate
+            less this margin (default 0.05: the primary must be clearly worse, not within noise).
+        load_tolerance_frac: fallback windows whose load per instance is within this ratio of the judged
+            window's count as comparable (default 0.25: from 1/1.25 to 1.25 times the load).
+        min_evidence_windows: comparable fallback windows needed before the estimate replaces the floor
+            (default 3).
+        max_evidence_windows: fallback windows remembered, the oldest dropped first (default 512; bounds memory).
     """
 
     min_attainment_frac: float = 0.5
@@ -59,15 +90,28 @@ class WatchdogParams:
     hold_intervals: int = 20
     backoff: float = 2.0
     max_hold_intervals: int = 10_000
+    fallback_margin_frac: float = 0.05
+    load_tolerance_frac: float = 0.25
+    min_evidence_windows: int = 3
+    max_evidence_windows: int = 512
 
     def __post_init__(self) -> None:
         if not 0.0 < self.min_attainment_frac <= 1.0:
             raise ValueError(f"watchdog min_attainment_frac must be within (0, 1], got {self.min_attainment_frac}")
-        for name in ("trigger_intervals", "hold_intervals", "max_hold_intervals"):
+        for name in ("trigger_intervals", "hold_intervals", "max_hold_intervals", "min_evidence_windows"):
             if getattr(self, name) < 1:
                 raise ValueError(f"watchdog {name} must be >= 1, got {getattr(self, name)}")
         if self.backoff < 1.0:
             raise ValueError(f"watchdog backoff must be >= 1, got {self.backoff}")
+        if not 0.0 <= self.fallback_margin_frac < 1.0:
+            raise ValueError(f"watchdog fallback_margin_frac must be within [0, 1), got {self.fallback_margin_frac}")
+        if self.load_tolerance_frac <= 0.0:
+            raise ValueError(f"watchdog load_tolerance_frac must be > 0, got {self.load_tolerance_frac}")
+        if self.max_evidence_windows < self.min_evidence_windows:
+            raise ValueError(
+                f"watchdog max_evidence_windows ({self.max_evidence_windows}) must be >= min_evidence_windows "
+                f"({self.min_evidence_windows})"
+            )
         if self.max_hold_intervals < self.hold_intervals:
             raise ValueError(
                 f"watchdog max_hold_intervals ({self.max_hold_intervals}) must be >= hold_intervals "
@@ -90,6 +134,9 @@ class WatchdogState:
         trips: trips so far.
         attainment_frac: this interval's weighted attainment (``None``: unknown).
         tripped: whether this decision tripped the watchdog.
+        bar_frac: the attainment below which this window counted as failing (``None``: not judged).
+        fallback_estimate_frac: the fallback's estimated attainment behind the bar (``None``: the floor judged).
+        evidence_windows: fallback windows on record.
     """
 
     in_fallback: bool = False
@@ -98,6 +145,72 @@ class WatchdogState:
     trips: int = 0
     attainment_frac: float | None = None
     tripped: bool = False
+    bar_frac: float | None = None
+    fallback_estimate_frac: float | None = None
+    evidence_windows: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """How one judged window fared.
+
+    Attributes:
+        failing: whether the attainment was below the bar.
+        bar_frac: the bar.
+        estimate: the fallback's estimate the bar came from (``None``: the absolute floor).
+    """
+
+    failing: bool
+    bar_frac: float
+    estimate: FallbackEstimate | None
+
+    def describe(self, params: WatchdogParams) -> str:
+        """The bar in words, for decision reasons."""
+        if self.estimate is None:
+            return f"{self.bar_frac:g} SLO attainment"
+        e = self.estimate
+        return (
+            f"{self.bar_frac:.2f} SLO attainment (the fallback's {e.attainment_frac:.2f} over {e.num_windows} "
+            f"windows at {e.load_rps_per_instance:.3g} req/s per instance, less {params.fallback_margin_frac:g})"
+        )
+
+
+def judge(attainment_frac: float, estimate: FallbackEstimate | None, params: WatchdogParams) -> Verdict:
+    """Judge one window: against the fallback's estimate when there is one, else against the absolute floor."""
+    floor = params.min_attainment_frac
+    bar = floor if estimate is None else estimate.attainment_frac - params.fallback_margin_frac
+    return Verdict(attainment_frac < bar, bar, estimate)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSplit:
+    """A group's split relative to its budget: what the watchdog restores.
+
+    Attributes:
+        prefill_share_frac: prefill instances over all the group's instances.
+        instances_share_frac: the group's instances over its budget (``max_instances``).
+    """
+
+    prefill_share_frac: float
+    instances_share_frac: float
+
+    @classmethod
+    def of(cls, group: TenantGroup, pools: PoolTargets) -> BudgetSplit | None:
+        """The split ``pools`` is of ``group``'s budget (``None`` when no instance runs)."""
+        if pools.num_instances <= 0:
+            return None
+        return cls(pools.num_prefill / pools.num_instances, pools.num_instances / group.max_instances)
+
+    def applied_to(self, group: TenantGroup) -> PoolTargets:
+        """These shares of ``group``'s current budget, rounded, within its bounds."""
+        budget = group.max_instances
+        max_prefill = budget if group.max_prefill is None else min(group.max_prefill, budget)
+        max_decode = budget if group.max_decode is None else min(group.max_decode, budget)
+        total = min(max(round(self.instances_share_frac * budget), group.min_prefill + group.min_decode), budget)
+        prefill = min(max(round(self.prefill_share_frac * total), group.min_prefill), max_prefill)
+        decode = min(max(total - prefill, group.min_decode), max_decode)
+        prefill = min(prefill, max(budget - decode, group.min_prefill))
+        return PoolTargets(prefill, decode)
 
 
 def weighted_attainment(observation: Observation, context: PolicyContext) -> float | None:
@@ -124,8 +237,10 @@ class SloWatchdog:
         self.fallback = fallback
         self.params = params or WatchdogParams()
         self.state = WatchdogState()
-        self._restore_pools: dict[str, PoolTargets] | None = None
+        self._restore_splits: dict[str, BudgetSplit] | None = None
         self._primary_decided_last = False
+        self._fallback_decided_last = False
+        self._evidence = FallbackRecord(self.params.max_evidence_windows)
 
     @property
     def policy_id(self) -> str:
@@ -134,37 +249,60 @@ class SloWatchdog:
 
     def decide(self, observation: Observation, context: PolicyContext) -> ControlAction:
         """The primary's action, or the fallback's while the watchdog holds (see the module docstring)."""
-        if self._restore_pools is None:
-            self._restore_pools = dict(context.current_pools)
+        if self._restore_splits is None:
+            self._restore_splits = self._splits(context)
         p = self.params
         s = self.state
         attainment = weighted_attainment(observation, context)
+        load = offered_load_rps_per_instance(observation, context)
+        if self._fallback_decided_last and attainment is not None and load is not None:
+            self._evidence.add(load, attainment)
         streak, hold, trips = s.failing_streak, s.hold_left_intervals, s.trips
         reason = ""
         tripped = False
+        verdict: Verdict | None = None
         if hold > 0:
             hold -= 1
             reason = f"watchdog: fallback {self.fallback.policy_id} (trip {trips}, {hold} intervals left)"
         else:
             if attainment is not None and self._primary_decided_last:
-                streak = streak + 1 if attainment < p.min_attainment_frac else 0
-            if streak >= p.trigger_intervals:
+                estimate = None
+                if load is not None:
+                    estimate = self._evidence.estimate(
+                        load, tolerance_frac=p.load_tolerance_frac, min_windows=p.min_evidence_windows
+                    )
+                verdict = judge(attainment, estimate, p)
+                streak = streak + 1 if verdict.failing else 0
+            if streak >= p.trigger_intervals and verdict is not None and attainment is not None:
                 trips += 1
                 tripped = True
                 hold = p.hold_for(trips) - 1
                 streak = 0
                 reason = (
-                    f"watchdog: tripped ({p.trigger_intervals} intervals below {p.min_attainment_frac:g} SLO "
-                    f"attainment, now {attainment:.2f}); fallback {self.fallback.policy_id} for "
-                    f"{p.hold_for(trips)} intervals (trip {trips})"
+                    f"watchdog: tripped ({p.trigger_intervals} intervals below {verdict.describe(p)}, now "
+                    f"{attainment:.2f}); fallback {self.fallback.policy_id} for {p.hold_for(trips)} intervals "
+                    f"(trip {trips})"
                 )
         in_fallback = tripped or s.hold_left_intervals > 0
-        self.state = WatchdogState(in_fallback, streak, hold, trips, attainment, tripped)
+        self.state = WatchdogState(
+            in_fallback,
+            streak,
+            hold,
+            trips,
+            attainment,
+            tripped,
+            bar_frac=None if verdict is None else verdict.bar_frac,
+            fallback_estimate_frac=None
+            if verdict is None or verdict.estimate is None
+            else verdict.estimate.attainment_frac,
+            evidence_windows=len(self._evidence),
+        )
         self._primary_decided_last = not in_fallback
+        self._fallback_decided_last = in_fallback
         if not in_fallback:
             return self.primary.decide(observation, context)
         action = self.fallback.decide(observation, context)
-        pools = {group: target for group, target in self._restore_pools.items() if group in context.current_pools}
+        pools = self._restored(context)
         pools.update({g: t for g, t in action.pools.items() if t != context.current_pools.get(g)})
         return ControlAction(
             thresholds=action.thresholds,
@@ -172,3 +310,21 @@ class SloWatchdog:
             reason=f"{reason}: {action.reason}" if action.reason else reason,
             policy_id=self.policy_id,
         )
+
+    @staticmethod
+    def _splits(context: PolicyContext) -> dict[str, BudgetSplit]:
+        out: dict[str, BudgetSplit] = {}
+        for group in context.groups:
+            pools = context.current_pools.get(group.name)
+            split = None if pools is None else BudgetSplit.of(group, pools)
+            if split is not None:
+                out[group.name] = split
+        return out
+
+    def _restored(self, context: PolicyContext) -> dict[str, PoolTargets]:
+        splits = self._restore_splits or {}
+        return {
+            g.name: splits[g.name].applied_to(g)
+            for g in context.groups
+            if g.name in splits and g.name in context.current_pools
+        }

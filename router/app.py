@@ -335,7 +335,10 @@ class Router:
         params: dict[str, Any] | None = None
         remote = plan.decision.is_remote and plan.prefill is not None
         if remote:
-            params = await self._prefill_with_fallback(req)
+            try:
+                params = await self._prefill_with_fallback(req)
+            finally:
+                self.planner.decode_leg_started(plan)
             remote = params is not None
         decode_bytes = decode_body(req.body, params) if remote else local_body(req.body, req.raw)
         tried: set[str] = set()

@@ -126,7 +126,8 @@ class EstimationConfig(_Frozen):
     affinity_slack_requests: Annotated[int, Field(ge=0)] = Field(
         4,
         description="A decode instance with a longer prefix hit is preferred if it has at most this many more "
-        "in-flight requests than the least-loaded one.",
+        "requests placed and unfinished (in flight, or remote and still prefilling) than the least-loaded one "
+        "(policies.placement).",
     )
 
 

@@ -1,17 +1,22 @@
-"""Per-request routing: tenant, token estimates, instance choice, live state, then the shared route decision.
+"""Per-request routing: tenant, token estimates, placement, live state, then the shared route decision.
 
-The decision itself is :func:`policies.routing.decide_route` (one copy for the simulator and the router); this
-module only gathers its inputs:
+The placement rules and the route decision are :mod:`policies.placement` and :func:`policies.routing.decide_route`
+(one copy each for the simulator and the router); this module is the router's adapter: it gathers their inputs
+from the router's own view of its instances (:class:`router.registry.Instance` satisfies
+:class:`policies.placement.InstanceView`):
 
 1. tenant = ``ResolvedPolicy.identify_tenant(X-Tenant-Id header, API key, model)``;
-2. input tokens (see :mod:`router.estimates`) and expected output tokens (``max_completion_tokens`` /
-   ``max_tokens`` of the request, else the tenant's ``expected_output_tokens``, else the configured default);
-3. decode instance: among decode instances taking requests, the one with the longest estimated prefix hit
-   whose in-flight count is within ``affinity_slack_requests`` of the least-loaded one (least loaded first);
-4. prefill instance: the one with the fewest prompt tokens in flight;
-5. :class:`policies.schema.LiveState`: that prefill instance's queue wait estimate, requests and tokens; the
-   decode instance's pressure ``max(in-flight / max_num_seqs, KV usage when polled)`` and prefix hit; the
-   transfer-path health; the number of prefill instances taking requests.
+2. input tokens (see :mod:`router.estimates`) and expected output tokens
+   (:func:`policies.placement.expected_output_tokens`: ``max_completion_tokens`` / ``max_tokens`` of the request,
+   else the tenant's ``expected_output_tokens``, else the configured default);
+3. decode instance (:func:`policies.placement.choose_decode`) over the decode instances taking requests, with the
+   prefix-hit estimate of :class:`router.estimates.PrefixTracker`;
+4. prefill instance (:func:`policies.placement.choose_prefill`) over the prefill instances taking requests;
+5. :class:`policies.schema.LiveState` (:func:`policies.placement.build_live_state`) with the prefill instance's
+   measured rate, the transfer-path health and the number of prefill instances taking requests.
+
+A remote plan counts as ``incoming`` on its decode instance until its decode leg starts (:meth:`Planner.plan`
+adds it, :meth:`Planner.decode_leg_started` removes it), so placement sees the requests still prefilling.
 """
 
 from __future__ import annotations
@@ -21,11 +26,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from policies.placement import (
+    PlacementConfig,
+    PrefillRate,
+    build_live_state,
+    choose_decode,
+    choose_prefill,
+    expected_output_tokens,
+    usable_prefix_hit_tokens,
+)
 from policies.policy_file import ResolvedPolicy
 from policies.routing import decide_route
 from policies.schema import LiveState, RequestFeatures, RouteDecision, RoutingThresholds
 from router.config import EstimationConfig
-from router.estimates import PrefillRate, PrefixTracker, TransferHealth, prefix_blocks
+from router.estimates import PrefixTracker, TransferHealth, prefix_blocks
 from router.registry import Instance, InstanceRegistry
 
 __all__ = ["Plan", "Planner", "prompt_text_of"]
@@ -73,6 +87,7 @@ class Plan:
     prefill: Instance | None
     blocks: list[int]
     prefix_hit_tokens: int
+    live: LiveState
 
 
 class Planner:
@@ -82,6 +97,11 @@ class Planner:
         self.registry = registry
         self.estimation = estimation
         self.transfer_health = health
+        self.placement = PlacementConfig(
+            affinity_slack_requests=estimation.affinity_slack_requests,
+            default_output_tokens=estimation.default_output_tokens,
+            initial_prefill_tokens_per_s=estimation.prefill_tokens_per_s,
+        )
         self.prefix: dict[str, PrefixTracker] = {}
         self.prefill_rate: dict[str, PrefillRate] = {}
         self._block_chars = max(round(estimation.prefix_block_tokens * estimation.chars_per_token), 1)
@@ -97,7 +117,7 @@ class Planner:
         """The prefill throughput estimate of an instance."""
         rate = self.prefill_rate.get(inst.id)
         if rate is None:
-            rate = self.prefill_rate[inst.id] = PrefillRate(self.estimation.prefill_tokens_per_s)
+            rate = self.prefill_rate[inst.id] = self.placement.new_prefill_rate()
         return rate
 
     def estimate_input_tokens(self, text: str) -> int:
@@ -105,23 +125,17 @@ class Planner:
         return math.ceil(len(text) / self.estimation.chars_per_token)
 
     def choose_decode(self, blocks: list[int], exclude: frozenset[str] = frozenset()) -> tuple[Instance, int] | None:
-        """Decode instance and its prefix-hit blocks (see the module docstring), or None if none serves."""
+        """Decode instance and its prefix-hit blocks (:func:`policies.placement.choose_decode`), or None."""
         candidates = [i for i in self.registry.serving("decode") if i.id not in exclude]
-        if not candidates:
+        block_tokens = self.estimation.prefix_block_tokens
+
+        def hit_tokens(inst: Instance) -> int:
+            return self.tracker(inst).hit_blocks(blocks) * block_tokens if blocks else 0
+
+        chosen = choose_decode(candidates, hit_tokens, self.placement.affinity_slack_requests)
+        if chosen is None:
             return None
-        least = min(i.in_flight for i in candidates)
-        bound = least + self.estimation.affinity_slack_requests
-        best: Instance | None = None
-        best_key = (-1, 0, 0)
-        for inst in candidates:
-            if inst.in_flight > bound:
-                continue
-            hit = self.tracker(inst).hit_blocks(blocks) if blocks else 0
-            key = (hit, -inst.in_flight, -inst._order)
-            if key > best_key:
-                best, best_key = inst, key
-        assert best is not None
-        return best, best_key[0]
+        return chosen[0], chosen[1] // block_tokens
 
     def plan(
         self,
@@ -133,7 +147,11 @@ class Planner:
         now_s: float,
         input_tokens: int | None = None,
     ) -> Plan | None:
-        """Decide one request; None when no decode instance takes requests."""
+        """Decide one request; None when no decode instance takes requests.
+
+        A remote plan counts as incoming on its decode instance: call :meth:`decode_leg_started` once its
+        prefill leg is over (whatever its outcome).
+        """
         model = str(body.get("model") or "")
         tenant = policy.identify_tenant(tenant_header, api_key, model)
         text = prompt_text_of(body)
@@ -144,31 +162,33 @@ class Planner:
         if chosen is None:
             return None
         decode, hit_blocks = chosen
-        hit_tokens = min(hit_blocks * self.estimation.prefix_block_tokens, input_tokens)
+        hit_tokens = usable_prefix_hit_tokens(hit_blocks * self.estimation.prefix_block_tokens, input_tokens)
         tenant_policy = policy.tenants.get(tenant)
-        expected = _requested_output(body)
-        if expected is None:
-            expected = (tenant_policy.expected_output_tokens if tenant_policy else None) or (
-                self.estimation.default_output_tokens
-            )
+        expected = expected_output_tokens(
+            _requested_output(body),
+            tenant_policy.expected_output_tokens if tenant_policy else None,
+            self.placement.default_output_tokens,
+        )
         features = RequestFeatures(request_id, tenant, input_tokens, expected, model)
         thresholds = policy.thresholds_for(tenant)
-        prefill = self.registry.least_loaded_prefill()
-        pressure = decode.in_flight / decode.max_num_seqs
-        if decode.kv_usage_frac is not None:
-            pressure = max(pressure, decode.kv_usage_frac)
-        live = LiveState(
-            prefill_queue_wait_s=None
-            if prefill is None
-            else self.rate(prefill).wait_s(prefill.in_flight_prefill_tokens),
-            decode_pressure_frac=min(pressure, 1.0),
-            prefix_hit_tokens=hit_tokens,
-            kv_transfer_healthy=self.transfer_health.healthy(now_s),
-            num_prefill_instances=len(self.registry.serving("prefill")),
-            prefill_queue_requests=None if prefill is None else prefill.in_flight,
-            prefill_active_tokens=None if prefill is None else float(prefill.in_flight_prefill_tokens),
-            prefill_max_batched_tokens=None if prefill is None else prefill.max_num_batched_tokens,
-            decode_kv_usage_frac=decode.kv_usage_frac,
+        serving_prefill = self.registry.serving("prefill")
+        prefill = choose_prefill(serving_prefill)
+        live = build_live_state(
+            decode,
+            hit_tokens,
+            prefill,
+            None if prefill is None else self.rate(prefill),
+            len(serving_prefill),
+            self.transfer_health.healthy(now_s),
         )
         decision = decide_route(features, thresholds, live)
-        return Plan(features, thresholds, decision, decode, prefill if decision.is_remote else None, blocks, hit_tokens)
+        remote_prefill = prefill if decision.is_remote else None
+        if remote_prefill is not None:
+            decode.incoming += 1
+        return Plan(features, thresholds, decision, decode, remote_prefill, blocks, hit_tokens, live)
+
+    @staticmethod
+    def decode_leg_started(plan: Plan) -> None:
+        """The prefill leg of a remote plan is over: its decode instance stops counting it as incoming."""
+        if plan.prefill is not None:
+            plan.decode.incoming -= 1

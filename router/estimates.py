@@ -12,7 +12,7 @@
   restarted, and its set is cleared.
 * **Prefill queue wait** of a prefill instance: prompt tokens in flight on it divided by its prefill throughput;
   the throughput starts at ``prefill_tokens_per_s`` and follows (EWMA) the rate measured on prefill legs that
-  ran alone on their instance.
+  ran alone on their instance (:class:`policies.placement.PrefillRate`, shared with the simulator).
 * **KV-transfer health**: outcomes of remote legs (prefill error or timeout, pull failure, pull timeout) over a
   sliding window; unhealthy when at least ``transfer_min_samples`` outcomes are in the window and the failure
   fraction reaches ``transfer_unhealthy_frac``. Unhealthy routes everything local, so no new outcomes arrive;
@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import zlib
 from collections import OrderedDict, deque
+
+from policies.placement import PrefillRate
 
 __all__ = ["PrefillRate", "PrefixTracker", "TransferHealth", "prefix_blocks"]
 
@@ -108,21 +110,3 @@ class TransferHealth:
         self._trim(now_s)
         n = len(self._events)
         return None if n == 0 else self._failures / n
-
-
-class PrefillRate:
-    """Prefill throughput of one instance (tokens/s), for the queue-wait estimate."""
-
-    def __init__(self, initial_tokens_per_s: float, weight: float = 0.2, min_sample_tokens: int = 256) -> None:
-        self.tokens_per_s = initial_tokens_per_s
-        self.weight = weight
-        self.min_sample_tokens = min_sample_tokens
-
-    def observe(self, tokens: int, duration_s: float) -> None:
-        """A prefill leg of ``tokens`` that ran alone on its instance took ``duration_s``."""
-        if tokens >= self.min_sample_tokens and duration_s > 0:
-            self.tokens_per_s += self.weight * (tokens / duration_s - self.tokens_per_s)
-
-    def wait_s(self, queued_tokens: int) -> float:
-        """Seconds before a new prefill starts behind ``queued_tokens``."""
-        return max(queued_tokens, 0) / self.tokens_per_s

@@ -2,7 +2,9 @@
 
 An instance serves one role at a time. A role change (admin API) marks the instance *draining*: it takes no new
 request of its old role and none of its new role until every in-flight request has finished, then it switches.
-In-flight counts cover both legs (prefill and decode) of requests on an instance.
+In-flight counts cover both legs (prefill and decode) of requests on an instance; ``incoming`` counts remote
+requests placed on a decode instance whose decode leg has not started yet (their prefill leg is running), so
+placement (:mod:`policies.placement`) sees every request it placed.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from policies.placement import choose_prefill
 from router.config import InstanceConfig
 
 __all__ = ["Instance", "InstanceRegistry", "Role"]
@@ -31,9 +34,25 @@ class Instance:
     healthy: bool = True
     in_flight: int = 0
     in_flight_prefill_tokens: int = 0
+    incoming: int = 0
     kv_usage_frac: float | None = None
     consecutive_failures: int = 0
     _order: int = field(default=0, repr=False)
+
+    @property
+    def load_requests(self) -> int:
+        """Requests placed here and not finished: legs in flight plus remote requests still prefilling elsewhere."""
+        return self.in_flight + self.incoming
+
+    @property
+    def active_requests(self) -> int:
+        """Legs in flight on the instance."""
+        return self.in_flight
+
+    @property
+    def queued_prefill_tokens(self) -> int:
+        """Prompt tokens of the prefill legs in flight on the instance."""
+        return self.in_flight_prefill_tokens
 
     @property
     def draining(self) -> bool:
@@ -72,14 +91,8 @@ class InstanceRegistry:
         return [i for i in self.instances.values() if i.serves(role)]
 
     def least_loaded_prefill(self) -> Instance | None:
-        """The prefill instance with the fewest in-flight prompt tokens."""
-        best: Instance | None = None
-        for inst in self.instances.values():
-            if inst.serves("prefill") and (
-                best is None or inst.in_flight_prefill_tokens < best.in_flight_prefill_tokens
-            ):
-                best = inst
-        return best
+        """The prefill instance with the fewest in-flight prompt tokens (:func:`policies.placement.choose_prefill`)."""
+        return choose_prefill(self.serving("prefill"))
 
     def acquire(self, inst: Instance, prefill_tokens: int = 0) -> None:
         """Count a request starting on ``inst``."""

@@ -16,6 +16,7 @@ from env.scenario import Scenario
 from env.sim.simulator import ClusterSimulator
 from env.workloads.columns import RequestColumns
 from env.workloads.generate import generate_columns
+from policies.placement import PlacementConfig
 from policies.schema import RoutingThresholds
 
 __all__ = ["build_simulator", "generate_workloads", "load_profile"]
@@ -42,8 +43,9 @@ def build_simulator(
     seed: int | None = None,
     profile: OperatorProfile | None = None,
     workloads: Mapping[str, RequestColumns] | None = None,
+    placement: PlacementConfig | None = None,
 ) -> ClusterSimulator:
-    """A ready-to-run simulator of ``scenario`` with per-tenant ``thresholds``."""
+    """A ready-to-run simulator of ``scenario`` with per-tenant ``thresholds`` (and the router's ``placement``)."""
     root = np.random.SeedSequence(scenario.seed if seed is None else seed)
     sim_stream = root.spawn(len(scenario.tenants) + 1)[-1]
     expected = {t.name: t.expected_output_tokens for t in scenario.tenants if t.expected_output_tokens is not None}
@@ -54,4 +56,5 @@ def build_simulator(
         thresholds,
         np.random.default_rng(sim_stream),
         expected_output_tokens=expected,
+        placement=placement,
     )

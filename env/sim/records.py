@@ -45,8 +45,10 @@ class SimRequest:
         "kv_ready_s",
         "output_tokens",
         "pack_s",
+        "prefill_alone",
         "prefill_compute_s",
         "prefill_instance",
+        "prefill_sent_s",
         "queue_wait_s",
         "reason",
         "remote",
@@ -99,6 +101,8 @@ class SimRequest:
         self.transfer_bytes = 0.0
         self.transfer_failures = 0
         self.retried = False
+        self.prefill_sent_s = math.nan
+        self.prefill_alone = False
 
     @property
     def ttft_s(self) -> float:

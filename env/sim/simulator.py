@@ -11,18 +11,16 @@ instance wake-ups (end of a step or of a closed-form decode run, see :mod:`env.s
 link completions, transfer timeouts, instances becoming ready and the network's changes at the ends of its
 incidents (pushed at construction; a scenario without incidents pushes none). Nothing is paid per generated token.
 
-**Router** (per arrival, in the request's tenant group):
-
-* decode instance: *prefix-aware, then least loaded*: the active decode (or aggregated) instance whose prefix
-  cache holds the most of the prompt; ties, and requests without block hashes, go to the instance with the
-  fewest requests (running + waiting + transfers on their way to it);
-* prefill instance: the active prefill instance with the fewest queued prefill tokens;
-* route: :func:`policies.routing.decide_route` with the tenant's thresholds and a
-  :class:`~policies.schema.LiveState` read from those instances (prefill wait = queued prefill tokens / the
-  instance's prefill rate; decode pressure = max(KV usage, running / ``max_num_seqs``); prefix hit tokens on the
-  decode instance; transfer health = recent failure fraction of the group below the scenario's threshold; for the
-  peer rules, the prefill instance's waiting requests and queued prompt tokens and the decode instance's KV usage
-  with the request's uncached prompt added).
+**Router** (per arrival, in the request's tenant group): the router's placement rules,
+:mod:`policies.placement`, over views of the instances (:mod:`env.sim.placement`) — decode instance by prefix hit
+within ``affinity_slack_requests`` of the least load, prefill instance by fewest queued prompt tokens, and the
+:class:`~policies.schema.LiveState` the router would build (prefill wait = queued prompt tokens / the rate measured
+on prefill legs that ran alone, decode pressure, KV usage without the arriving request, prefix hit on the decode
+instance; transfer health = recent failure fraction of the group below the scenario's threshold); then
+:func:`policies.routing.decide_route` with the tenant's thresholds. The expected output is the request's
+``max_tokens`` (the load generator sends ``max_tokens = output_tokens`` for every workload, so a simulated request
+carries the same unless ``requests_carry_max_tokens`` is off), else the tenant's ``expected_output_tokens``, else
+the placement default.
 
 **KV transfer** (remote route): bytes = (prompt − tokens the decode instance already caches) × KV bytes per
 token of the whole model (all TP shards), over the prefill instance's link (:mod:`env.sim.transfer`). On failure
@@ -61,17 +59,25 @@ from env.perf.model import InterpolatedExecutionTimeModel, StepOverheads
 from env.perf.profile import OperatorProfile
 from env.scenario import NetworkConfig, Scenario
 from env.sim.engine import EngineConfig, EngineRequest, InstanceEngine
+from env.sim.placement import decode_view, prefill_view
 from env.sim.records import SimRequest
 from env.sim.telemetry import BUCKETS_NIXL_BYTES, BUCKETS_NIXL_XFER_S, Histogram
 from env.sim.transfer import Link, Transfer
 from env.sim.windows import group_window, instance_metrics, stage_records, tenant_window
 from env.workloads.columns import RequestColumns
+from policies.placement import (
+    PlacementConfig,
+    PrefillRate,
+    build_live_state,
+    choose_decode,
+    choose_prefill,
+    expected_output_tokens,
+)
 from policies.routing import decide_route
 from policies.schema import (
     ControlAction,
     FallbackAction,
     GroupWindow,
-    LiveState,
     MetricWindow,
     RequestFeatures,
     RouteReason,
@@ -119,15 +125,19 @@ class SimInstance:
     """One simulated instance (engine plus lifecycle and run bookkeeping)."""
 
     __slots__ = (
+        "assigned_prefill_tokens",
+        "assigned_requests",
         "busy",
         "created_s",
         "engine",
         "group",
+        "in_transfer",
         "incoming",
         "index",
         "link",
         "name",
         "next_role",
+        "prefill_rate",
         "prefill_rate_tokens_per_s",
         "ready_s",
         "result",
@@ -158,6 +168,15 @@ class SimInstance:
         self.run_steps = 0
         self.result: Any = None
         self.incoming = 0
+        """Remote requests placed on this decode instance and not yet handed to its engine."""
+        self.in_transfer = 0
+        """Of those, the ones whose prefill is done (KV on its way)."""
+        self.assigned_requests = 0
+        """Prefill legs placed on this prefill instance and not yet done."""
+        self.assigned_prefill_tokens = 0
+        """Their prompt tokens."""
+        self.prefill_rate: PrefillRate | None = None
+        """The router's measured prefill rate of this instance (set by the simulator)."""
         self.created_s = 0.0
         self.ready_s = 0.0
         self.stopped_s = math.nan
@@ -203,7 +222,10 @@ class ClusterSimulator:
         workloads: tenant name → its requests (columns sorted by arrival).
         thresholds: tenant name → routing thresholds (missing tenants get the defaults).
         rng: the one random generator (transfer failures).
-        expected_output_tokens: tenant → what the router assumes (default: the tenant's mean output).
+        expected_output_tokens: tenant → what the router assumes when a request has no ``max_tokens``.
+        placement: the router's placement settings (affinity slack, initial prefill rate, default output).
+        requests_carry_max_tokens: whether requests carry ``max_tokens = output_tokens`` (as the load generator
+            sends them); off, the route decision assumes the tenant's expected output.
     """
 
     def __init__(
@@ -214,8 +236,12 @@ class ClusterSimulator:
         thresholds: Mapping[str, RoutingThresholds],
         rng: np.random.Generator,
         expected_output_tokens: Mapping[str, int] | None = None,
+        placement: PlacementConfig | None = None,
+        requests_carry_max_tokens: bool = True,
     ) -> None:
         self.scenario = scenario
+        self.placement = placement or PlacementConfig()
+        self.requests_carry_max_tokens = requests_carry_max_tokens
         self.profile = profile
         self.rng = rng
         cluster = scenario.cluster
@@ -305,20 +331,19 @@ class ClusterSimulator:
     def _load_workloads(self, workloads: Mapping[str, RequestColumns], expected: Mapping[str, int]) -> None:
         arrivals, inputs, outputs, tenants, rows = [], [], [], [], []
         self._columns: list[RequestColumns | None] = [None] * len(self.tenant_names)
-        self._expected_output: list[int] = []
+        self._expected_output: list[int | None] = []
         for ti, name in enumerate(self.tenant_names):
             columns = workloads.get(name)
             self._columns[ti] = columns
             if columns is None or len(columns) == 0:
-                self._expected_output.append(expected.get(name, 0))
+                self._expected_output.append(expected.get(name))
                 continue
             arrivals.append(columns.arrival_s)
             inputs.append(columns.input_tokens)
             outputs.append(columns.output_tokens)
             tenants.append(np.full(len(columns), ti, dtype=np.int64))
             rows.append(np.arange(len(columns), dtype=np.int64))
-            default = round(float(np.mean(columns.output_tokens)))
-            self._expected_output.append(expected.get(name, default))
+            self._expected_output.append(expected.get(name))
         if arrivals:
             arrival = np.concatenate(arrivals)
             order = np.argsort(arrival, kind="stable")
@@ -351,6 +376,7 @@ class ClusterSimulator:
             len(self.instances), group_index, role, engine, Link(self._net.link_bandwidth_bytes_per_s), tp
         )
         inst.prefill_rate_tokens_per_s = self._prefill_rate(tp)
+        inst.prefill_rate = self.placement.new_prefill_rate()
         inst.created_s = self.now_s
         self.instances.append(inst)
         group = self.groups[group_index]
@@ -462,64 +488,60 @@ class ClusterSimulator:
         group = self.groups[self._tenant_group[tenant]]
         block = self._hash_block[tenant]
 
-        # Decode instance: prefix-aware, then least loaded.
-        decode: SimInstance | None = None
-        hit = 0
-        best_load = 1 << 60
-        now_s = self.now_s
-        for inst in group.decode:
-            e = inst.engine
-            h = e.prefix_hit_tokens(hashes, block, input_tokens) if hashes else 0
-            run = inst.run
-            if run is None:
-                running = len(e._decoding) + len(e._prefilling)
-            else:
-                running = e.running_at(run, now_s - inst.run_start_s)
-            load = running + len(e._waiting) + inst.incoming
-            if h > hit or (h == hit and load < best_load):
-                decode, hit, best_load = inst, h, load
-        if decode is None or input_tokens + output_tokens > decode.engine.config.kv_capacity_tokens:
+        # Placement and live state: the router's rules (policies.placement) over views of the instances.
+        views = [decode_view(self, inst) for inst in group.decode]
+        chosen = choose_decode(
+            views,
+            lambda v: v.instance.engine.prefix_hit_tokens(hashes, block, input_tokens) if hashes else 0,
+            self.placement.affinity_slack_requests,
+        )
+        if chosen is None or input_tokens + output_tokens > chosen[0].instance.engine.config.kv_capacity_tokens:
             request.status = SimRequest.FAILED
             self.num_failed += 1
             return
-        # Prefill instance: fewest queued prefill tokens.
-        prefill: SimInstance | None = None
-        queued = 1 << 60
-        for inst in group.prefill:
-            q = inst.engine._queued_prefill
-            if q < queued:
-                prefill, queued = inst, q
-        engine = decode.engine
-        config = engine.config
-        decode_running, decode_kv = self.view(decode)
-        pressure = max(min(decode_kv / config.kv_capacity_tokens, 1.0), decode_running / config.max_num_seqs)
-        live = LiveState(
-            prefill_queue_wait_s=None if prefill is None else queued / prefill.prefill_rate_tokens_per_s,
-            decode_pressure_frac=pressure,
-            prefix_hit_tokens=hit,
-            kv_transfer_healthy=group.recent_failures < self._net.unhealthy_failure_frac,
-            num_prefill_instances=len(group.prefill),
-            # inputs of the peer-system rules (legacy Dynamo's queue gate, Dynamo isl_or_load's busy gates)
-            prefill_queue_requests=None if prefill is None else prefill.engine.num_waiting,
-            prefill_active_tokens=None if prefill is None else float(queued),
-            prefill_max_batched_tokens=None if prefill is None else prefill.engine.config.max_num_batched_tokens,
-            decode_kv_usage_frac=min((decode_kv + input_tokens - hit) / config.kv_capacity_tokens, 1.0),
+        decode_v, hit = chosen
+        decode = decode_v.instance
+        prefill_v = choose_prefill([prefill_view(inst) for inst in group.prefill])
+        prefill = None if prefill_v is None else prefill_v.instance
+        live = build_live_state(
+            decode_v,
+            hit,
+            prefill_v,
+            None if prefill is None else prefill.prefill_rate,
+            len(group.prefill),
+            group.recent_failures < self._net.unhealthy_failure_frac,
         )
-        features = RequestFeatures(request.request_id, name, input_tokens, self._expected_output[tenant])
+        columns = self._columns[tenant]
+        expected = expected_output_tokens(
+            output_tokens if self.requests_carry_max_tokens else None,
+            self._expected_output[tenant],
+            self.placement.default_output_tokens,
+        )
+        features = RequestFeatures(
+            request.request_id, name, input_tokens, expected, columns.model if columns is not None else ""
+        )
         decision = decide_route(features, self.thresholds[tenant], live)
         request.reason = decision.reason
         request.decode_instance = decode.index
         if decision.is_remote and prefill is not None:
             request.remote = True
-            request.prefill_instance = prefill.index
             decode.incoming += 1
             er = EngineRequest(request.request_id, input_tokens, 1, hashes, block, prefill_only=True, tag=request)
-            prefill.engine.add_request(er, now)
-            self._kick(prefill)
+            self._send_prefill(prefill, request, er)
         else:
             er = EngineRequest(request.request_id, input_tokens, output_tokens, hashes, block, tag=request)
-            engine.add_request(er, now)
+            decode.engine.add_request(er, now)
             self._kick(decode)
+
+    def _send_prefill(self, prefill: SimInstance, request: SimRequest, er: EngineRequest) -> None:
+        """Start a prefill leg on ``prefill``; one that starts alone there is measured for the router's rate."""
+        request.prefill_instance = prefill.index
+        request.prefill_sent_s = self.now_s
+        request.prefill_alone = prefill.assigned_requests == 0
+        prefill.assigned_requests += 1
+        prefill.assigned_prefill_tokens += er.prompt_tokens
+        prefill.engine.add_request(er, self.now_s)
+        self._kick(prefill)
 
     # ------------------------------------------------------------------------------------------------ instances
 
@@ -602,10 +624,15 @@ class ClusterSimulator:
 
     def _prefill_done(self, prefill: SimInstance, er: EngineRequest) -> None:
         request: SimRequest = er.tag
+        prefill.assigned_requests -= 1
+        prefill.assigned_prefill_tokens -= er.prompt_tokens
+        if request.prefill_alone and prefill.prefill_rate is not None:
+            prefill.prefill_rate.observe(er.prompt_tokens, self.now_s - request.prefill_sent_s)
         if math.isnan(request.queue_wait_s):
             request.queue_wait_s = er.first_scheduled_s - request.arrival_s
         request.prefill_compute_s += er.prefill_done_s - er.first_scheduled_s
         decode = self.instances[request.decode_instance]
+        decode.in_transfer += 1
         cached = decode.engine.prefix_hit_tokens(request.hash_ids, er.hash_block_tokens, er.prompt_tokens)
         size = float((er.prompt_tokens - cached) * self.kv_bytes_per_token)
         layout = size * self._layout_s_per_byte
@@ -690,6 +717,7 @@ class ClusterSimulator:
         self._release_prefill(xfer)
         decode: SimInstance = xfer.decode
         decode.incoming -= 1
+        decode.in_transfer -= 1
         request.kv_ready_s = self.now_s
         er: EngineRequest = xfer.engine_request
         ready = EngineRequest(
@@ -733,19 +761,19 @@ class ClusterSimulator:
         self._log_transfer(group, self.now_s - xfer.start_s, True)
         self._release_prefill(xfer)
         decode: SimInstance = xfer.decode
+        decode.in_transfer -= 1
         action = self.thresholds[request.tenant].on_kv_transfer_timeout
         if action == FallbackAction.RETRY_REMOTE_PREFILL and not request.retried:
             others = [p for p in self.groups[decode.group].prefill if p is not xfer.prefill]
             if others:
                 request.retried = True
-                target = min(others, key=lambda p: p.engine.queued_prefill_tokens)
-                request.prefill_instance = target.index
+                target = choose_prefill([prefill_view(p) for p in others])
+                assert target is not None
                 block = xfer.engine_request.hash_block_tokens
                 er = EngineRequest(
                     request.request_id, request.input_tokens, 1, request.hash_ids, block, prefill_only=True, tag=request
                 )
-                target.engine.add_request(er, self.now_s)
-                self._kick(target)
+                self._send_prefill(target.instance, request, er)
                 return
         decode.incoming -= 1
         request.remote = False

@@ -139,14 +139,17 @@ def trace_names() -> list[str]:
 
 
 def data_dir() -> Path:
-    """The project's data folder: ``$PDCTL_DATA_DIR``, else ``./data`` (beside MLflow's default SQLite file)."""
-    return Path(os.environ.get("PDCTL_DATA_DIR", "data"))
+    """The project's data folder, absolute: ``$PDCTL_DATA_DIR``, else ``./data`` (beside MLflow's default SQLite file).
+
+    Absolute because scenario files resolve relative trace paths against their own folder.
+    """
+    return Path(os.environ.get("PDCTL_DATA_DIR", "data")).absolute()
 
 
 def default_traces_dir() -> Path:
     """Where ``${PDCTL_TRACES}`` points when no folder is given (resolution order in the module docstring)."""
     if os.environ.get("PDCTL_TRACES"):
-        return Path(os.environ["PDCTL_TRACES"])
+        return Path(os.environ["PDCTL_TRACES"]).absolute()
     fetched = data_dir() / "traces"
     if fetched.is_dir():
         return fetched

@@ -1,4 +1,9 @@
-"""``pdctl policy``: validate and show policy files."""
+"""``pdctl policy``: validate and show policy files; register, evaluate, promote and list registered policies.
+
+The promotion gate judges only evaluation evidence pdctl produced (:mod:`agents.gate`): ``register --scenarios``
+or ``evaluate`` runs the evaluation and logs it to the version's run. Numbers typed on the command line are
+refused: ``--goodput`` / ``--best-baseline-goodput`` exit 2 with a line saying what to run instead.
+"""
 
 from __future__ import annotations
 
@@ -93,6 +98,40 @@ def _show(path: Path) -> None:
         console.print(f"expires at {resolved.expires_at.isoformat()}")
 
 
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _evaluate(
+    name: str, version: int, scenarios: str, seeds: str, baselines: str, alias: str, tracking_uri: str | None
+) -> None:
+    from agents.evaluate import scenario_paths
+    from agents.gate import EvidenceError
+    from agents.registry import RegistryError, evaluate_version
+
+    try:
+        seed_list = [int(s) for s in _split(seeds)]
+    except ValueError:
+        typer.echo(f"pdctl policy evaluate: --seeds: expected a comma list of integers, got {seeds!r}", err=True)
+        raise typer.Exit(code=EXIT_INVALID) from None
+    try:
+        paths = scenario_paths(_split(scenarios))
+        evidence = evaluate_version(
+            name, version, paths, seed_list, baselines=_split(baselines), alias=alias, tracking_uri=tracking_uri
+        )
+    except (EvidenceError, RegistryError, ValueError) as exc:
+        typer.echo(f"pdctl policy evaluate: {str(exc).splitlines()[0]}", err=True)
+        raise typer.Exit(code=EXIT_INVALID) from None
+    best = evidence.best_reference()
+    champion = evidence.champion_score()
+    typer.echo(
+        f"{name} v{version}: weighted goodput {evidence.candidate.mean:.4g} req/s on scenario set "
+        f"{evidence.scenario_set.sha256[:12]}"
+        + ("" if best is None else f"; best baseline {best[0]} {best[1].mean:.4g}")
+        + ("" if champion is None else f"; {alias} v{champion[0]} {champion[2].mean:.4g}")
+    )
+
+
 def register(app: typer.Typer, name: str, help_text: str) -> None:
     """Add the ``policy`` command group to ``app``."""
     group = typer.Typer(help=help_text, no_args_is_help=True)
@@ -113,22 +152,48 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
     def register(
         path: Path = typer.Argument(..., help="Exported learned-policy directory or a policy file."),  # noqa: B008
         name: str = typer.Option(..., "--name", help="Registered model name."),
-        goodput: float | None = typer.Option(None, help="Held-out evaluation goodput (req/s) for the gate."),
-        best_baseline_goodput: float | None = typer.Option(None, help="Best baseline's goodput on the same set."),
+        scenarios: str | None = typer.Option(
+            None, help="Evaluate at registration for the gate: comma list of scenario names, paths or suite:NAME."
+        ),
+        seeds: str = typer.Option("0,1,2", help="Comma list of evaluation seeds (with --scenarios)."),
+        baselines: str = typer.Option(
+            "baseline:queue_kv", help="Comma list of baseline specs the candidate must beat (with --scenarios)."
+        ),
+        goodput: float | None = typer.Option(None, hidden=True, help="Refused: the gate reads its own evidence."),
+        best_baseline_goodput: float | None = typer.Option(None, hidden=True, help="Refused (see --goodput)."),
         tracking_uri: str | None = typer.Option(None, help=tracking_help),
     ) -> None:
-        """Register a policy as a new version (alias ``challenger``)."""
+        """Register a policy as a new version (alias ``challenger``), optionally evaluated for the gate."""
         from agents.registry import RegistryError, register_policy
 
-        evaluation = {
-            k: v for k, v in (("goodput", goodput), ("best_baseline_goodput", best_baseline_goodput)) if v is not None
-        }
+        if goodput is not None or best_baseline_goodput is not None:
+            typer.echo(
+                "pdctl policy register: --goodput/--best-baseline-goodput are refused: the promotion gate judges "
+                "only evaluations pdctl ran itself; pass --scenarios/--seeds (or run `pdctl policy evaluate`)",
+                err=True,
+            )
+            raise typer.Exit(code=EXIT_INVALID)
         try:
-            registered = register_policy(path, name, tracking_uri=tracking_uri, evaluation=evaluation)
+            registered = register_policy(path, name, tracking_uri=tracking_uri)
         except RegistryError as exc:
             typer.echo(f"pdctl policy register: {exc}", err=True)
             raise typer.Exit(code=EXIT_INVALID) from None
         typer.echo(f"registered {registered.name} v{registered.version} ({registered.kind}) as challenger")
+        if scenarios is not None:
+            _evaluate(name, registered.version, scenarios, seeds, baselines, "champion", tracking_uri)
+
+    @group.command("evaluate")
+    def evaluate_cmd(
+        name: str = typer.Argument(..., help="Registered model name."),
+        version: int = typer.Option(..., "--version", help="Version to evaluate."),
+        scenarios: str = typer.Option(..., help="Comma list of scenario names, paths or suite:NAME."),
+        seeds: str = typer.Option("0,1,2", help="Comma list of evaluation seeds."),
+        baselines: str = typer.Option("baseline:queue_kv", help="Comma list of baseline specs to beat."),
+        alias: str = typer.Option("champion", "--alias", help="The alias holder is evaluated alongside."),
+        tracking_uri: str | None = typer.Option(None, help=tracking_help),
+    ) -> None:
+        """Evaluate a version, the alias holder and baselines on one scenario set; log it as the gate's evidence."""
+        _evaluate(name, version, scenarios, seeds, baselines, alias, tracking_uri)
 
     @group.command("promote")
     def promote_cmd(

@@ -136,18 +136,26 @@ def test_ties_going_to_the_best_candidate_alone_rescue_a_myopic_expert() -> None
 
 
 def test_a_switch_margin_keeps_the_best_candidate_alone_through_short_term_dips() -> None:
-    """batch-summarization-8: 1P3D is best over the episode, but holding 2P2D looks as good for a few minutes."""
+    """batch-summarization-8: 1P3D is best over the episode, but 2P2D looks better for a few minutes at a time.
+
+    Since the simulator places requests with the router's rules (``policies.placement``), an exact (margin 0)
+    expert leaves 1P3D for 2P2D on 14 of 59 intervals and a 15 % margin on 10: the margin keeps it on the best
+    candidate alone more often, though not always (it kept it throughout before the placement change).
+    """
     from agents.pretrain import LookaheadTask, lookahead_episode
 
     path = SCENARIO_DIR / "batch-summarization-8.yaml"
-    grid = ({"pools": {"main": [1, 3]}, "route": "remote>=512"},)
+    grid = (
+        {"pools": {"main": [1, 3]}, "route": "remote>=512"},
+        {"pools": {"main": [2, 2]}, "route": "remote>=512"},
+    )
     target = ObservationLayout(LAYOUT.max_groups, LAYOUT.max_tenants, pool_actions="target")
     exact, margin = (
         lookahead_episode(
             LookaheadTask(
                 str(path),
                 0,
-                ("baseline:dynamo-legacy",),
+                (),
                 grid,
                 target,
                 12,
@@ -159,11 +167,14 @@ def test_a_switch_margin_keeps_the_best_candidate_alone_through_short_term_dips(
     )
     best_alone = max(exact.candidate_weighted_goodput_rps, key=exact.candidate_weighted_goodput_rps.__getitem__)
     assert best_alone.startswith("grid:main=1P3D")
-    assert exact.chosen_intervals.get("baseline:dynamo-legacy", 0) > 0
-    assert margin.chosen_intervals == {best_alone: len(margin.demonstrations)}
-    # with pool targets every label names the split: 1 prefill, 3 decode instances
-    assert {tuple(a[:2]) for a in margin.demonstrations.actions.tolist()} == {(1, 3)}
-    assert not set(map(tuple, exact.demonstrations.actions[:, :2].tolist())) <= {(1, 3)}
+    intervals = len(exact.demonstrations)
+    assert 0 < exact.chosen_intervals[best_alone] < intervals  # the exact expert follows the short-term dips
+    assert exact.chosen_intervals[best_alone] < margin.chosen_intervals[best_alone] <= intervals
+    # with pool targets every label names the split the pools should be at: 1P3D or 2P2D, as many as chosen
+    for episode in (exact, margin):
+        splits = [tuple(a[:2]) for a in episode.demonstrations.actions.tolist()]
+        assert set(splits) == {(1, 3), (2, 2)}
+        assert splits.count((1, 3)) == episode.chosen_intervals[best_alone]
 
 
 def test_expert_only_options_are_refused_without_the_lookahead_expert(tmp_path: Path) -> None:

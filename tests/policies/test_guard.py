@@ -9,7 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.base import PolicyContext
-from policies.guard import ClampReason, GroupGuardState, GuardLimits, GuardState, SafetyGuard
+from policies.guard import (
+    ORDERED_THRESHOLD_FIELDS,
+    ClampReason,
+    GroupGuardState,
+    GuardLimits,
+    GuardState,
+    SafetyGuard,
+    ThresholdMove,
+)
 from policies.schema import (
     ControlAction,
     GroupWindow,
@@ -255,3 +263,107 @@ def test_guard_properties(
     if staleness_s > limits.max_staleness_s or not complete:
         assert result.num_prefill >= current.num_prefill
         assert result.num_decode >= current.num_decode
+
+
+def _thresholds_step(
+    guard: SafetyGuard, current: RoutingThresholds, requested: RoutingThresholds, now_s: float, state: GuardState
+) -> tuple[dict[str, RoutingThresholds], list[ClampReason], GuardState]:
+    ctx = replace(context(PoolTargets(2, 4), now_s=now_s), current_thresholds={"a": current})
+    result = guard.apply(ControlAction(thresholds={"a": requested}), ctx, window(PoolTargets(2, 4)), state)
+    return dict(result.action.thresholds), [c.reason for c in result.clamps], result.state
+
+
+def test_a_threshold_change_inside_the_dead_band_is_held() -> None:
+    guard = SafetyGuard(GuardLimits(cooldown_s=0.0, threshold_dead_band_frac=0.05))
+    base = RoutingThresholds()  # remote >= 2048, local <= 1024
+    nudge = replace(base, min_remote_input_tokens=2000)  # 2.3 %
+    out, reasons, state = _thresholds_step(guard, base, nudge, 1000.0, GuardState())
+    assert out == {}
+    assert reasons == [ClampReason.THRESHOLD_DEAD_BAND]
+    assert state.tenants == {}
+    step = replace(base, min_remote_input_tokens=1900)  # 7.2 %: outside the band
+    assert _thresholds_step(guard, base, step, 1000.0, GuardState())[0] == {"a": step}
+    # A switch (no direction) is never inside the band, however small the numeric changes.
+    switch = replace(base, prefer_local_on_prefix_hit=False)
+    assert _thresholds_step(guard, base, switch, 1000.0, GuardState())[0] == {"a": switch}
+    # 0 turns the band off.
+    off = SafetyGuard(GuardLimits(cooldown_s=0.0, threshold_dead_band_frac=0.0))
+    assert _thresholds_step(off, base, nudge, 1000.0, GuardState())[0] == {"a": nudge}
+
+
+def test_a_threshold_reversal_within_the_hold_is_refused_then_allowed() -> None:
+    guard = SafetyGuard(GuardLimits(cooldown_s=60.0, threshold_reversal_hold_s=600.0))
+    base = RoutingThresholds()
+    lowered = replace(base, min_remote_input_tokens=1536)
+    out, _, state = _thresholds_step(guard, base, lowered, 1000.0, GuardState())
+    assert out == {"a": lowered}
+    assert state.threshold_moves["a"]["min_remote_input_tokens"].direction == -1
+    # Relaxing it back 2 minutes later (past the cooldown) is a reversal: refused, the memory unchanged.
+    out, reasons, held = _thresholds_step(guard, lowered, base, 1120.0, state)
+    assert out == {}
+    assert reasons == [ClampReason.THRESHOLD_REVERSAL]
+    assert held.threshold_moves == state.threshold_moves
+    # Lowering further (same direction) is no reversal.
+    further = replace(base, min_remote_input_tokens=1152)
+    assert _thresholds_step(guard, lowered, further, 1120.0, state)[0] == {"a": further}
+    # After the hold the move back passes and becomes the field's last move.
+    out, reasons, after = _thresholds_step(guard, lowered, base, 1600.0, state)
+    assert out == {"a": base}
+    assert reasons == []
+    assert after.threshold_moves["a"]["min_remote_input_tokens"] == ThresholdMove(1, 1600.0)
+    # Only the field that moved is checked: moving another field up is not a reversal of this one.
+    wider = replace(lowered, max_prefill_queue_wait_s=0.6)
+    assert _thresholds_step(guard, lowered, wider, 1120.0, state)[0] == {"a": wider}
+
+
+def test_without_reversal_hold_a_flapping_policy_flaps_and_with_it_does_not() -> None:
+    base, lowered = RoutingThresholds(), RoutingThresholds(min_remote_input_tokens=1536)
+
+    def reversals(limits: GuardLimits) -> int:
+        guard, state, current, count, last = SafetyGuard(limits), GuardState(), base, 0, 0
+        for tick in range(60):  # ten minutes at 10 s; the policy asks for the other side every tick
+            ask = lowered if current == base else base
+            out, _, state = _thresholds_step(guard, current, ask, 1000.0 + 10.0 * tick, state)
+            if out:
+                direction = 1 if out["a"].min_remote_input_tokens > current.min_remote_input_tokens else -1
+                count += int(direction == -last)
+                current, last = out["a"], direction
+        return count
+
+    assert reversals(GuardLimits(cooldown_s=10.0, threshold_reversal_hold_s=0.0)) == 59
+    assert reversals(GuardLimits(cooldown_s=10.0, threshold_reversal_hold_s=600.0)) == 0
+    assert reversals(GuardLimits(cooldown_s=10.0, threshold_reversal_hold_s=120.0)) == 4
+
+
+def test_every_threshold_field_is_ordered_or_a_switch() -> None:
+    from dataclasses import fields as dataclass_fields
+
+    numeric = {f.name for f in dataclass_fields(RoutingThresholds) if f.type in ("int", "float")}
+    assert numeric == set(ORDERED_THRESHOLD_FIELDS)
+
+
+def test_guard_limits_refuse_bad_hysteresis_knobs() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match=r"^threshold_dead_band_frac must be within \[0, 1\), got 1.0$"):
+        GuardLimits(threshold_dead_band_frac=1.0)
+    with pytest.raises(ValueError, match=r"^threshold_reversal_hold_s must be >= 0, got -1\.0$"):
+        GuardLimits(threshold_reversal_hold_s=-1.0)
+
+
+def test_a_handover_to_another_policy_may_reverse_at_once() -> None:
+    guard = SafetyGuard(GuardLimits(cooldown_s=0.0, threshold_reversal_hold_s=600.0))
+    base, raised = RoutingThresholds(), RoutingThresholds(min_remote_input_tokens=4096)
+    ctx = replace(context(PoolTargets(2, 4), now_s=1000.0), current_thresholds={"a": base})
+    first = guard.apply(
+        ControlAction(thresholds={"a": raised}, policy_id="learned:x"), ctx, window(PoolTargets(2, 4)), GuardState()
+    )
+    assert first.state.threshold_moves["a"]["min_remote_input_tokens"] == ThresholdMove(1, 1000.0, "learned:x")
+    later = replace(ctx, now_s=1060.0, current_thresholds={"a": raised})
+    back = ControlAction(thresholds={"a": base}, policy_id="learned:x")
+    assert guard.apply(back, later, window(PoolTargets(2, 4)), first.state).action.thresholds == {}
+    # The watchdog's fallback (another policy id) undoes the primary's move at once.
+    fallback = ControlAction(thresholds={"a": base}, policy_id="watchdog[baseline:dynamo-legacy]:learned:x")
+    handed = guard.apply(fallback, later, window(PoolTargets(2, 4)), first.state)
+    assert handed.action.thresholds == {"a": base}
+    assert [c.reason for c in handed.clamps] == []

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -11,8 +13,8 @@ from policies.baselines import make_baseline
 from policies.features import Observation, build_observation
 from policies.policy_file import load_policy_text, resolve_policy
 from policies.rules import FilePolicy
-from policies.schema import ControlAction, GroupWindow, MetricWindow, PoolTargets, TenantWindow
-from policies.watchdog import SloWatchdog, WatchdogParams, weighted_attainment
+from policies.schema import ControlAction, GroupWindow, MetricWindow, PoolTargets, TenantGroup, TenantWindow
+from policies.watchdog import BudgetSplit, SloWatchdog, WatchdogParams, weighted_attainment
 
 POLICY = """
 pd_disaggregation_policy:
@@ -41,16 +43,36 @@ class AllPrefill:
         return ControlAction(pools={"g": PoolTargets(3, 1)}, reason="primary", policy_id=self.policy_id)
 
 
-def step(policy: Policy, attainment: float | None, current: PoolTargets = DEPLOYED) -> ControlAction:
-    """One decision on a window where every tenant runs at 1 req/s with the given SLO attainment."""
+def step(
+    policy: Policy,
+    attainment: float | None,
+    current: PoolTargets = DEPLOYED,
+    *,
+    rate_rps: float = 1.0,
+    groups: tuple[TenantGroup, ...] = GROUPS,
+) -> ControlAction:
+    """One decision on a window where every tenant runs at ``rate_rps`` with the given SLO attainment."""
     known = attainment is not None
     tenants = {
-        name: TenantWindow(request_rate_rps=1.0 if known else None, slo_attainment_frac=attainment)
+        name: TenantWindow(request_rate_rps=rate_rps if known else None, slo_attainment_frac=attainment)
         for name in ("chat", "batch")
     }
     window = MetricWindow(100.0, 15.0, tenants, {"g": GroupWindow(current.num_prefill, current.num_decode)})
-    context = PolicyContext(TENANTS, GROUPS, {"g": current}, BASE, BASE, now_s=0.0, interval_s=15.0)
+    context = PolicyContext(TENANTS, groups, {"g": current}, BASE, BASE, now_s=0.0, interval_s=15.0)
     return policy.decide(build_observation(window, context.observation_context()), context)
+
+
+def run(wd: SloWatchdog, primary: float, fallback: float, ticks: int, **kwargs: Any) -> str:
+    """``ticks`` decisions where a window shows ``primary`` or ``fallback`` attainment by who decided before it.
+
+    Returns the pattern of who decided: ``P`` (primary) or ``F`` (fallback).
+    """
+    out = []
+    for _ in range(ticks):
+        attainment = fallback if wd.state.in_fallback else primary
+        step(wd, attainment, **kwargs)
+        out.append("F" if wd.state.in_fallback else "P")
+    return "".join(out)
 
 
 def watchdog(**params: float) -> SloWatchdog:
@@ -91,9 +113,10 @@ def test_trips_after_the_trigger_streak_restores_the_deployed_split_then_hands_b
 
 def test_each_further_trip_doubles_the_hold_up_to_the_cap() -> None:
     wd = watchdog(trigger_intervals=1, hold_intervals=3, backoff=2.0, max_hold_intervals=10)
-    pattern = "".join("F" if step(wd, 0.1).reason != "primary" else "P" for _ in range(40))
-    # Trigger 1 at a constant 0.1: the primary gets one interval back after each hold (the window after a hold
-    # shows the fallback's work and is not judged), its own window then trips the watchdog again.
+    pattern = run(wd, primary=0.1, fallback=0.9, ticks=40)
+    # Trigger 1, the primary at 0.1 where the fallback achieved 0.9: the primary gets one interval back after
+    # each hold (the window after a hold shows the fallback's work and is not judged), its own window then trips
+    # the watchdog again.
     assert pattern.startswith("PFFFPFFFFFFPFFFFFFFFFFP")
     assert [len(r) for r in pattern.split("P") if r][:3] == [3, 6, 10]
     assert [wd.params.hold_for(trip) for trip in (1, 2, 3, 5)] == [3, 6, 10, 10]
@@ -150,11 +173,67 @@ def test_a_fallback_with_its_own_pool_opinion_keeps_it() -> None:
         ("hold_intervals", 0, "watchdog hold_intervals must be >= 1, got 0"),
         ("backoff", 0.5, "watchdog backoff must be >= 1, got 0.5"),
         ("max_hold_intervals", 5, "watchdog max_hold_intervals (5) must be >= hold_intervals (20)"),
+        ("fallback_margin_frac", -0.1, "watchdog fallback_margin_frac must be within [0, 1), got -0.1"),
+        ("load_tolerance_frac", 0.0, "watchdog load_tolerance_frac must be > 0, got 0.0"),
+        ("min_evidence_windows", 0, "watchdog min_evidence_windows must be >= 1, got 0"),
+        ("max_evidence_windows", 2, "watchdog max_evidence_windows (2) must be >= min_evidence_windows (3)"),
     ],
 )
 def test_bad_parameters_are_refused_naming_the_field(field: str, value: float, message: str) -> None:
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         WatchdogParams(**{field: value})  # type: ignore[arg-type]
+
+
+def test_a_primary_as_poor_as_the_fallback_was_is_not_failing() -> None:
+    wd = watchdog(trigger_intervals=1, hold_intervals=4)
+    # Both at 0.1: the first trip is the floor's (no evidence yet); the fallback's hold records that it did no
+    # better at this load, so the primary is not handed over again.
+    pattern = run(wd, primary=0.1, fallback=0.1, ticks=30)
+    assert pattern == "PFFFF" + "P" * 25
+    assert wd.state.trips == 1
+    assert wd.state.fallback_estimate_frac == pytest.approx(0.1)
+    assert wd.state.bar_frac == pytest.approx(0.05)
+    assert wd.state.evidence_windows == 4
+
+
+def test_a_primary_above_the_floor_but_clearly_below_the_fallback_trips() -> None:
+    wd = watchdog(trigger_intervals=2, hold_intervals=3)
+    assert run(wd, primary=0.2, fallback=0.95, ticks=6) == "PPFFFP"  # the floor's trip
+    # Now 0.7: above the 0.5 floor, but far below what the fallback achieved at this load.
+    assert run(wd, primary=0.7, fallback=0.95, ticks=10) == "PFFFFFFPPF"  # trips 2 and 3
+    assert wd.state.trips == 3
+    assert wd.state.fallback_estimate_frac == pytest.approx(0.95)
+    assert wd.state.bar_frac == pytest.approx(0.90)
+    # Within the margin of the fallback's record is not failing.
+    close = watchdog(trigger_intervals=2, hold_intervals=3)
+    run(close, primary=0.2, fallback=0.95, ticks=6)
+    assert run(close, primary=0.92, fallback=0.95, ticks=20) == "P" * 20
+
+
+def test_without_comparable_load_the_floor_judges() -> None:
+    wd = watchdog(trigger_intervals=2, hold_intervals=3)
+    run(wd, primary=0.2, fallback=0.95, ticks=6)  # evidence at 0.5 req/s per instance
+    # Five times the load: no comparable fallback window, so 0.7 (above the floor) is not failing...
+    assert run(wd, primary=0.7, fallback=0.95, ticks=10, rate_rps=5.0) == "P" * 10
+    assert wd.state.fallback_estimate_frac is None
+    assert wd.state.bar_frac == 0.5
+    # ...and 0.3 (below it) is.
+    assert "F" in run(wd, primary=0.3, fallback=0.95, ticks=10, rate_rps=5.0)
+
+
+def test_pools_are_restored_relative_to_the_budget() -> None:
+    wd = watchdog(trigger_intervals=1)
+    step(wd, 0.2)  # started at 2P2D of a 4-instance budget: half prefill, the whole budget
+    doubled = (replace(GROUPS[0], gpu_budget=8, max_prefill=None, max_decode=None),)
+    action = step(wd, 0.2, PoolTargets(3, 1), groups=doubled)
+    assert wd.state.tripped
+    assert action.pools == {"g": PoolTargets(4, 4)}  # the same shares of the new budget, not 2P2D
+    bounded = replace(GROUPS[0], gpu_budget=8)  # prefill at most 3, decode at most 4
+    assert BudgetSplit(0.5, 1.0).applied_to(bounded) == PoolTargets(3, 4)
+    half = BudgetSplit.of(GROUPS[0], PoolTargets(1, 1))
+    assert half == BudgetSplit(0.5, 0.5)
+    assert half.applied_to(doubled[0]) == PoolTargets(2, 2)
+    assert BudgetSplit.of(GROUPS[0], PoolTargets(0, 0)) is None
 
 
 def _any() -> tuple[Observation, PolicyContext]:

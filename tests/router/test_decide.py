@@ -110,3 +110,24 @@ def test_no_decode_instance_means_no_plan() -> None:
     for inst in p.registry.instances.values():
         inst.healthy = False
     assert p.plan({"prompt": "x"}, POLICY, "r", None, None, 0.0) is None
+
+
+def test_a_remote_plan_counts_on_its_decode_instance_until_the_decode_leg_starts() -> None:
+    p = planner(affinity_slack_requests=0)
+    body = {"prompt": "q" * 4 * 6000, "max_tokens": 400, "model": "rag-answer-service"}
+    first = p.plan(body, POLICY, "r1", None, None, 0.0)
+    assert first is not None
+    assert first.decision.is_remote
+    assert first.prefill is not None
+    assert (first.decode.id, first.decode.incoming, first.decode.load_requests) == ("d0", 1, 1)
+    second = p.plan(body, POLICY, "r2", None, None, 0.0)
+    assert second is not None
+    assert second.decode.id == "d1"  # d0 already holds the first request, still prefilling
+    p.decode_leg_started(first)
+    p.decode_leg_started(second)
+    assert [i.incoming for i in p.registry.instances.values()] == [0, 0, 0]
+    local = p.plan({"prompt": "short"}, POLICY, "r3", None, None, 0.0)
+    assert local is not None
+    assert local.prefill is None
+    p.decode_leg_started(local)  # a local plan was never counted: nothing to undo
+    assert local.decode.incoming == 0

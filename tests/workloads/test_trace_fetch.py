@@ -149,7 +149,10 @@ def test_missing_trace_names_the_fetch_command(tmp_path: Path) -> None:
 def test_traces_folder_resolution(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PDCTL_TRACES", str(tmp_path / "explicit"))
     assert default_traces_dir() == tmp_path / "explicit"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PDCTL_TRACES", "relative")
+    assert default_traces_dir() == tmp_path / "relative"  # absolute: scenario files resolve relative paths elsewhere
     monkeypatch.delenv("PDCTL_TRACES")
-    monkeypatch.setenv("PDCTL_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("PDCTL_DATA_DIR", "data")
     (tmp_path / "data" / "traces").mkdir(parents=True)
     assert default_traces_dir() == tmp_path / "data" / "traces"

@@ -1,0 +1,97 @@
+"""Gate evidence without a registry: hashes bind files and scenario sets; malformed documents are refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agents.gate import (
+    EvidenceError,
+    GateEvidence,
+    PolicyScore,
+    ScenarioSet,
+    directory_sha256,
+    policy_spec_for,
+)
+
+
+def _policy_dir(root: Path, text: str = "a: 1\n") -> Path:
+    root.mkdir(parents=True)
+    (root / "policy.yaml").write_text(text)
+    (root / "manifest.json").write_text(json.dumps({"kind": "file"}))
+    return root
+
+
+def test_directory_hash_follows_contents_and_names_not_location(tmp_path: Path) -> None:
+    one = directory_sha256(_policy_dir(tmp_path / "one"))
+    assert directory_sha256(_policy_dir(tmp_path / "two")) == one  # same files elsewhere
+    assert directory_sha256(_policy_dir(tmp_path / "three", "a: 2\n")) != one  # one byte differs
+    renamed = _policy_dir(tmp_path / "four")
+    (renamed / "policy.yaml").rename(renamed / "other.yaml")
+    assert directory_sha256(renamed) != one
+    with pytest.raises(EvidenceError, match="not a directory"):
+        directory_sha256(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(EvidenceError, match="no policy files"):
+        directory_sha256(tmp_path / "empty")
+
+
+def test_policy_spec_follows_the_manifest(tmp_path: Path) -> None:
+    rule = _policy_dir(tmp_path / "rule")
+    assert policy_spec_for(rule) == f"file:{rule / 'policy.yaml'}"
+    learned = tmp_path / "learned"
+    learned.mkdir()
+    (learned / "manifest.json").write_text(json.dumps({"schema_version": 1}))
+    assert policy_spec_for(learned) == f"learned:{learned}"
+    with pytest.raises(EvidenceError, match=r"manifest\.json: not readable JSON"):
+        policy_spec_for(tmp_path)
+
+
+def test_scenario_set_hash_is_order_free_and_binds_files_and_seeds(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("name: a\n")
+    b.write_text("name: b\n")
+    base = ScenarioSet.of([a, b], [0, 1])
+    assert ScenarioSet.of([b, a], [1, 0]).sha256 == base.sha256
+    assert ScenarioSet.of([a, b], [0, 2]).sha256 != base.sha256
+    b.write_text("name: b\nduration_s: 60\n")
+    assert ScenarioSet.of([a, b], [0, 1]).sha256 != base.sha256
+    assert ScenarioSet.from_dict(base.as_dict()) == base
+    tampered = {**base.as_dict(), "seeds": [0, 1, 2]}
+    with pytest.raises(EvidenceError, match="is not the hash of its files and seeds"):
+        ScenarioSet.from_dict(tampered)
+    with pytest.raises(EvidenceError, match="no such scenario file"):
+        ScenarioSet.of([tmp_path / "nope.yaml"], [0])
+    with pytest.raises(EvidenceError, match="empty"):
+        ScenarioSet.of([], [0])
+
+
+def test_evidence_round_trips_and_refuses_malformed_documents(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\n")
+    evidence = GateEvidence(
+        policy_sha256="ab" * 32,
+        scenario_set=ScenarioSet.of([scenario], [3]),
+        candidate=PolicyScore(2.0, {"s": 2.0}),
+        references={"baseline:x": PolicyScore(1.5, {"s": 1.5}), "baseline:y": PolicyScore(1.8, {"s": 1.8})},
+        champion={"alias": "champion", "version": 4, "policy_sha256": "cd" * 32, "score": {"mean": 1.9,
+                  "per_scenario": {"s": 1.9}}},
+    )  # fmt: skip
+    parsed = GateEvidence.from_json(evidence.to_json(), "doc")
+    assert parsed == evidence
+    assert parsed.best_reference() == ("baseline:y", PolicyScore(1.8, {"s": 1.8}))
+    champion = parsed.champion_score()
+    assert champion is not None
+    assert champion[:2] == (4, "cd" * 32)
+    doc = json.loads(evidence.to_json())
+    for broken, message in (
+        ("goodput: 5", "doc: not JSON"),
+        (json.dumps({**doc, "format": "typed-by-hand"}), "not a pdctl-gate-evidence/1 document"),
+        (json.dumps({**doc, "candidate": {"mean": "NaN", "per_scenario": {}}}), "non-finite score"),
+        (json.dumps({k: v for k, v in doc.items() if k != "policy_sha256"}), "malformed"),
+        (json.dumps({**doc, "champion": {"version": 1}}), "malformed"),
+    ):
+        with pytest.raises(EvidenceError, match=message):
+            GateEvidence.from_json(broken, "doc")

@@ -1,0 +1,162 @@
+"""Sim-to-live parity under a policy whose routes depend on live state, not only on the prompt length.
+
+The setup of :mod:`tests.integration.test_dataplane_fidelity` (one prefill and two decode emulated instances
+behind the router on loopback, the same requests on both sides, the run slowed down by ``TIME_SCALE``), but with
+shared prompt prefixes and a policy under which the prefix hit on the chosen decode instance
+(``prefer_when_prefix_cache_hit``), the prefill queue wait (a 300 ms bound) and the decode pressure (the
+1024-1536 token gap) change routes. Both sides place and decide through :mod:`policies.placement`, so the remote
+share and the TTFT/TPOT p50/p95 must agree.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from env.loadgen import LoadOptions, replay, requests_from_scenario, summarize
+from env.scenario import load_scenario
+from env.sim.build import build_simulator
+from env.sim.summary import summarize as summarize_sim
+from policies.policy_file import load_policy_text, resolve_policy
+from tests.router.cluster import live_cluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
+
+TIME_SCALE = 5.0
+"""Slower than the fidelity test's 3: the router's per-request HTTP cost (~10 ms wall on a loaded 2-core machine)
+then adds ~2 ms of emulated time, well inside the 10 % bound at TTFT p50."""
+SCENARIO = """
+name: parity-1p2d-prefix
+duration_s: 15
+seed: 11
+cluster:
+  profile: h200-llama3-8b
+  tp: 1
+  network: {link_bandwidth_bytes_per_s: 4.5e+10, setup_latency_s: 0.001, failure_prob: 0.0, timeout_s: 30}
+tenant_groups:
+  - {name: g, gpu_budget: 3, prefill: 1, decode: 2}
+tenants:
+  - name: chat
+    group: g
+    workload:
+      kind: poisson
+      rate_rps: 10
+      input_tokens: {kind: lognormal, median_tokens: 2500, sigma: 0.7, min_tokens: 64, max_tokens: 8000}
+      output_tokens: {kind: lognormal, median_tokens: 100, sigma: 0.5, min_tokens: 8, max_tokens: 400}
+      prefix: {num_prefixes: 4, prefix_tokens: 1024, share_frac: 0.6}
+"""
+POLICY = """
+pd_disaggregation_policy:
+  remote_prefill:
+    min_input_tokens: 1536
+    max_prefill_queue_wait_ms: 300
+    min_expected_output_tokens: 0
+    require_decode_pool_pressure: false
+    decode_pressure_threshold_perc: 2
+  local_prefill: {max_input_tokens: 1024, prefer_when_prefix_cache_hit: true}
+tenants:
+  - name: chat
+"""
+INITIAL_PREFILL_TOKENS_PER_S = 20000.0
+FIELDS = ("ttft_p50_s", "ttft_p95_s", "tpot_p50_s", "tpot_p95_s")
+
+
+@dataclass(frozen=True)
+class Side:
+    """What one side (simulator or live) measured."""
+
+    remote_frac: float
+    remote: dict[str, bool]
+    reasons: Counter[str]
+    quantiles_s: dict[str, float]
+
+
+async def measure(tmp_path: Path, scenario_text: str = SCENARIO, policy_text: str = POLICY) -> tuple[Side, Side]:
+    """Run the scenario in the simulator and through the load generator against the live stack."""
+    (tmp_path / "scenario.yaml").write_text(scenario_text)
+    scenario = load_scenario(tmp_path / "scenario.yaml")
+    thresholds = {name: tp.thresholds for name, tp in resolve_policy(load_policy_text(policy_text)).tenants.items()}
+
+    started = time.perf_counter()
+    sim = build_simulator(scenario, thresholds)
+    sim.run()
+    summary = {t.tenant: t for t in summarize_sim(sim, time.perf_counter() - started).tenants}["chat"]
+    assert summary.failed == 0
+    assert summary.remote_prefill_frac is not None
+    sim_requests = [r for rs in sim.arrived for r in rs]
+    sim_side = Side(
+        summary.remote_prefill_frac,
+        {r.request_id: r.remote for r in sim_requests},
+        Counter(r.reason.value for r in sim_requests),
+        {f: getattr(summary, f) for f in FIELDS},
+    )
+
+    specs = requests_from_scenario(scenario)
+    assert len(specs) == summary.arrived
+    live_kwargs = {
+        "policy_yaml": _wall_clock_policy(policy_text),
+        "cluster": scenario.cluster,
+        "time_scale": TIME_SCALE,
+        "router_overrides": {"estimation": {"prefill_tokens_per_s": INITIAL_PREFILL_TOKENS_PER_S / TIME_SCALE}},
+    }
+    async with live_cluster(tmp_path, 1, 2, **live_kwargs) as c:  # type: ignore[arg-type]
+        options = LoadOptions(url=c.url, time_scale=TIME_SCALE, max_duration_s=300, request_timeout_s=120)
+        results = await replay(specs, options)
+        records = c.records()
+        # every remote plan stopped counting as incoming on its decode instance once its prefill leg was over
+        assert [i.incoming for i in c.router.registry.instances.values()] == [0, 0, 0]
+    live = {s.tenant: s for s in summarize(results)}["chat"]
+    assert live.num_errors == 0
+    routes = [r["route"] for r in records]
+    live_side = Side(
+        routes.count("remote_prefill") / len(routes),
+        {r["request_id"]: r["route"] == "remote_prefill" for r in records},
+        Counter(r["reason"] for r in records),
+        {f: getattr(live, f) for f in FIELDS},
+    )
+    return sim_side, live_side
+
+
+def _wall_clock_policy(policy_text: str) -> str:
+    """The policy for the slowed-down live run: the router measures wall-clock time, so its time bounds (and its
+    initial prefill rate, above) are scaled by ``TIME_SCALE`` to mean the same emulated time."""
+    scaled = policy_text.replace("max_prefill_queue_wait_ms: 300", f"max_prefill_queue_wait_ms: {300 * TIME_SCALE:g}")
+    assert scaled != policy_text
+    return scaled
+
+
+def report(sim: Side, live: Side) -> str:
+    """The figures of both sides, one line each."""
+    same = sum(live.remote.get(rid) == remote for rid, remote in sim.remote.items())
+    lines = [
+        f"remote share: sim {sim.remote_frac:.1%}, live {live.remote_frac:.1%}; "
+        f"same route for {same} of {len(sim.remote)} requests"
+    ]
+    for f in FIELDS:
+        s, v = sim.quantiles_s[f], live.quantiles_s[f]
+        lines.append(f"{f}: sim {s * 1e3:.1f} ms, live {v * 1e3:.1f} ms ({v / s - 1.0:+.1%})")
+    lines.append(f"reasons: sim {dict(sim.reasons)}, live {dict(live.reasons)}")
+    return "\n".join(lines)
+
+
+async def test_parity_sim_live_state_dependent_policy(tmp_path: Path) -> None:
+    sim, live = await measure(tmp_path)
+    print("\n" + report(sim, live))
+    # the live-state rules do change routes on both sides
+    for side in (sim, live):
+        assert side.reasons["prefix_cache_hit"] > 0
+        assert side.reasons["gap_decode_pressure"] > 0
+        assert side.reasons["gap_no_pressure"] > 0
+        assert side.reasons["prefill_queue_overload"] > 0
+        assert 0.1 < side.remote_frac < 0.9
+    assert sim.remote.keys() == live.remote.keys()
+    same = sum(live.remote[rid] == remote for rid, remote in sim.remote.items())
+    assert same >= 0.97 * len(sim.remote)  # request by request, not only in share
+    assert abs(sim.remote_frac - live.remote_frac) < 0.03
+    for f in FIELDS:
+        deviation = live.quantiles_s[f] / sim.quantiles_s[f] - 1.0
+        assert abs(deviation) <= 0.10, f"{f} deviates {deviation:+.1%}"
