@@ -4,8 +4,9 @@
   scenario per episode from the family's training split (or one of the listed scenarios);
 * :func:`set_policy_args` — the ``MaskablePPO`` policy class and keyword arguments
   (:class:`agents.set_policy_net.SetActorCriticPolicy`);
-* :func:`family_validation_paths` — the validation split's first scenarios, written as scenario files so the
-  evaluation loop judges checkpoints on them exactly as on any scenario (the test split is never generated here);
+* :func:`held_out_paths` / :func:`family_validation_paths` — the validation split's first scenarios, written as
+  scenario files so the evaluation loop judges checkpoints on them exactly as on any scenario (the test split is
+  never generated here);
 * :func:`export_set` — the artifact (:func:`agents.set_export.export_set_policy`).
 """
 
@@ -26,7 +27,14 @@ from env.families import load_family, scenario_name, scenario_yaml
 from env.gym_env import resolve_scenario
 from env.set_env import FamilyDraw, ScenarioList, ScenarioSource, SetPolicyEnv
 
-__all__ = ["export_set", "family_validation_paths", "scenario_source", "set_env_factories", "set_policy_args"]
+__all__ = [
+    "export_set",
+    "family_validation_paths",
+    "held_out_paths",
+    "scenario_source",
+    "set_env_factories",
+    "set_policy_args",
+]
 
 
 def scenario_source(config: ExperimentConfig) -> ScenarioSource:
@@ -84,6 +92,15 @@ def family_validation_paths(config: ExperimentConfig, out: Path) -> list[Path]:
         resolve_scenario(path)  # the written file must load as the generated scenario
         paths.append(path)
     return paths
+
+
+def held_out_paths(config: ExperimentConfig, out: Path) -> list[Path]:
+    """Where checkpoints are judged: the family's validation scenarios unless ``eval_scenarios`` names files."""
+    if config.family is not None and not config.eval_scenarios:
+        return family_validation_paths(config, out)
+    from agents.evaluate import scenario_paths
+
+    return scenario_paths(config.held_out_scenarios)
 
 
 def export_set(model: Any, out: Path, config: ExperimentConfig, run_id: str | None) -> Path:

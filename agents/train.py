@@ -7,6 +7,9 @@ experiment's ``eval_seeds`` (≥ 1000, never a training seed).
 1. **Envs** — ``n_envs`` copies of :class:`env.gym_env.PDClusterEnv` in subprocesses, each wrapped in
    :class:`ScenarioMix` (one training scenario drawn per episode, so one policy serves many scenarios), under
    ``VecNormalize`` (observation statistics travel with the exported artifact; reward normalisation is training-only).
+   With ``layout.kind: set`` the envs are :class:`env.set_env.SetPolicyEnv` (a fresh scenario of a family's
+   training split per episode, relative observations, no observation statistics) and the policy is the set
+   network (:mod:`agents.set_training`).
 2. **Algorithm** — sb3-contrib ``MaskablePPO`` (the env's ``action_masks()`` are the guard's refusals), logging to
    MLflow through :class:`agents.tracking.MlflowWriter`.
 3. **Learn** — with :class:`EvalCheckpointCallback` (periodic export + held-out evaluation through the very
@@ -50,6 +53,7 @@ from agents.registry import (
     register_policy,
     training_evidence,
 )
+from agents.set_training import export_set, held_out_paths, set_env_factories, set_policy_args
 from agents.tracking import MlflowWriter, provenance_tags, run_name
 from env.gym_env import PDClusterEnv
 from policies.features import ObservationLayout
@@ -94,8 +98,6 @@ def _env_factory(scenarios: Sequence[str], layout: ObservationLayout, rank: int,
 def make_vec_env(config: ExperimentConfig) -> VecNormalize:
     """The training envs (subprocesses unless ``vec_env: dummy``) under observation/reward normalisation."""
     if config.layout.kind == "set":  # a generated scenario (or a listed one) per episode, relative features
-        from agents.set_training import set_env_factories
-
         factories = set_env_factories(config)
     else:
         layout = config.layout.to_layout()
@@ -137,8 +139,6 @@ def evaluate_policies(
 
 def _export(model: MaskablePPO, venv: VecNormalize, out: Path, config: ExperimentConfig, run_id: str | None) -> Path:
     if config.layout.kind == "set":
-        from agents.set_training import export_set
-
         return export_set(model, out, config, run_id)
     layout = config.layout.to_layout()
     tenants = [t.name for t in venv.get_attr("tenants", [0])[0]]
@@ -387,12 +387,7 @@ def train(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     layout = config.layout.to_layout()
-    if config.family is not None and not config.eval_scenarios:  # the family's validation split, never its test
-        from agents.set_training import family_validation_paths
-
-        held_out = family_validation_paths(config, out)
-    else:
-        held_out = scenario_paths(config.held_out_scenarios)
+    held_out = held_out_paths(config, out)  # a family's validation split (never its test split), else the files
 
     uri = default_tracking_uri(tracking_uri)
     mlflow.set_tracking_uri(uri)
@@ -426,8 +421,6 @@ def train(
         policy: Any = "MlpPolicy"
         policy_kwargs: dict[str, Any] = {"net_arch": list(hp.net_arch), "activation_fn": activation}
         if config.layout.kind == "set":
-            from agents.set_training import set_policy_args
-
             policy, policy_kwargs = set_policy_args(config)
         model = MaskablePPO(
             policy,
