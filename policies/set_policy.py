@@ -138,7 +138,10 @@ class SetPolicy:
         Raises:
             ValueError: the context has more groups or tenants than the padding (one line).
         """
-        self.manifest.layout.check_fits(len(context.groups), len(context.tenants))
+        try:
+            self.manifest.layout.check_fits(len(context.groups), len(context.tenants))
+        except ValueError as exc:
+            raise ValueError(f"policy {self.policy_id}: {exc}") from None
         rows = build_set_observation(observation.window, context.observation_context())
         vector = rows.to_vector(self.manifest.layout)
         mask = self._codec.masks(context.groups, context.current_pools, len(context.tenants))
