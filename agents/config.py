@@ -271,6 +271,9 @@ class ExperimentConfig(_Strict):
     layout: LayoutConfig = LayoutConfig()
     normalize_observations: bool = True
     normalize_rewards: bool = True
+    reward_scale: Literal["none", "offered"] = "none"
+    """``layout.kind: set`` only: ``offered`` divides each interval's reward by the episode's weighted arrivals per
+    interval, so scenarios of every size weigh alike (:data:`env.set_env.RewardScale`)."""
     hyperparameters: Hyperparameters = Hyperparameters()
     pretrain: PretrainConfig | None = None
     eval_every_steps: Annotated[int, Field(ge=0)] = 0
@@ -308,6 +311,8 @@ class ExperimentConfig(_Strict):
                 "normalize_observations: must be false with layout.kind: set (its features are normalised by"
                 " construction; running statistics per slot would break the permutation invariance)"
             )
+        if self.layout.kind != "set" and self.reward_scale != "none":
+            raise ValueError("reward_scale: offered needs layout.kind: set")
         if self.layout.kind == "set" and self.pretrain is not None:
             raise ValueError("pretrain: imitation warm starts are not implemented for layout.kind: set yet")
         return self

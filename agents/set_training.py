@@ -52,7 +52,7 @@ def set_env_factories(config: ExperimentConfig) -> list[Callable[[], gym.Env]]:
 
     def factory(rank: int) -> Callable[[], gym.Env]:
         def _make() -> gym.Env:
-            env = Monitor(SetPolicyEnv(scenario_source(config), layout))
+            env = Monitor(SetPolicyEnv(scenario_source(config), layout, reward_scale=config.reward_scale))
             env.reset(seed=config.seed + rank)
             return env
 

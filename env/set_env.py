@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -31,7 +31,7 @@ from env.scenario import Scenario
 from policies.set_codec import SetActionCodec
 from policies.set_features import SetLayout, build_set_observation
 
-__all__ = ["FamilyDraw", "ScenarioList", "ScenarioSource", "SetPolicyEnv"]
+__all__ = ["FamilyDraw", "RewardScale", "ScenarioList", "ScenarioSource", "SetPolicyEnv"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,10 @@ class ScenarioList:
 
 
 ScenarioSource = FamilyDraw | ScenarioList
+RewardScale = Literal["none", "offered"]
+"""``none``: the wrapped env's reward (SLO-meeting requests minus costs); ``offered``: divided by the episode's
+weighted arrivals per interval (:meth:`~env.gym_env.PDClusterEnv.offered_weighted_rps`), so a 4-GPU and a 96-GPU
+scenario weigh alike in training (the goodput term becomes the weighted share of offered requests served)."""
 
 
 class SetPolicyEnv(gym.Env[np.ndarray, np.ndarray]):
@@ -87,13 +91,25 @@ class SetPolicyEnv(gym.Env[np.ndarray, np.ndarray]):
     Args:
         source: where each episode's scenario comes from (a family split or a list).
         layout: the padding (most groups and tenants); a drawn scenario beyond it is refused in one line.
+        reward_scale: :data:`RewardScale` (the unscaled reward is in ``info["reward_unscaled"]``).
         **env_kwargs: passed to :class:`~env.gym_env.PDClusterEnv` (reward weights, guard limits, …; not
             ``layout``: the wrapped env's own slot layout grows to fit every scenario).
     """
 
     metadata = {"render_modes": []}  # noqa: RUF012 - the gymnasium attribute, never mutated
 
-    def __init__(self, source: ScenarioSource, layout: SetLayout | None = None, **env_kwargs: Any) -> None:
+    def __init__(
+        self,
+        source: ScenarioSource,
+        layout: SetLayout | None = None,
+        *,
+        reward_scale: RewardScale = "none",
+        **env_kwargs: Any,
+    ) -> None:
+        if reward_scale not in ("none", "offered"):
+            raise ValueError(f"reward_scale: {reward_scale!r} is not 'none' or 'offered'")
+        self.reward_scale = reward_scale
+        self._reward_unit = 1.0
         self.source = source
         self.layout = layout or SetLayout()
         self.codec = SetActionCodec(self.layout)
@@ -124,6 +140,11 @@ class SetPolicyEnv(gym.Env[np.ndarray, np.ndarray]):
             raise ValueError(f"scenario {scenario.name}: {exc}") from None
         _, info = self.inner.reset(seed=int(self.np_random.integers(0, 2**31 - 1)), options={"scenario": scenario})
         info["family_seed"] = self.family_seed
+        self._reward_unit = 1.0
+        if self.reward_scale == "offered":
+            offered = self.inner.offered_weighted_rps() * scenario.control_interval_s
+            self._reward_unit = offered if offered > 0 else 1.0
+        info["reward_unit"] = self._reward_unit
         return self.observation_vector(), info
 
     def observation_vector(self) -> np.ndarray:
@@ -138,7 +159,8 @@ class SetPolicyEnv(gym.Env[np.ndarray, np.ndarray]):
             np.asarray(action), inner.tenants, inner.groups, inner.current_pools(), inner.base_thresholds
         )
         _, reward, terminated, truncated, info = inner.step_control(decoded)
-        return self.observation_vector(), reward, terminated, truncated, info
+        info["reward_unscaled"] = reward
+        return self.observation_vector(), reward / self._reward_unit, terminated, truncated, info
 
     def action_masks(self) -> np.ndarray:
         """Valid values of every action dimension (concatenated), as sb3-contrib's ``MaskablePPO`` reads them."""

@@ -113,6 +113,7 @@ def test_family_experiment_file_loads() -> None:
     assert config.family.validation_split == "validation"
     assert config.layout.to_set_layout() == SetLayout(3, 6)
     assert not config.normalize_observations
+    assert config.reward_scale == "offered"
 
 
 def _write(tmp_path: Path, **changes: Any) -> Path:
@@ -144,6 +145,10 @@ def _write(tmp_path: Path, **changes: Any) -> Path:
         ),
         ({"layout": {"kind": "set", "pool_actions": "delta"}}, r"pool_actions applies to kind: slots only"),
         ({"pretrain": {"teachers": ["baseline:aggregated"]}}, r"pretrain: imitation warm starts are not implemented"),
+        (
+            {"layout": {"max_groups": 2}, "family": None, "scenarios": ["rag-surge-8"], "normalize_observations": True},
+            r"reward_scale: offered needs layout.kind: set",
+        ),
     ],
 )
 def test_bad_family_experiments_are_refused_naming_the_field(

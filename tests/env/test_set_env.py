@@ -9,6 +9,7 @@ import pytest
 
 from env.families import load_family
 from env.set_env import FamilyDraw, ScenarioList, SetPolicyEnv
+from policies.schema import ControlAction
 from policies.set_features import SetLayout
 from policies.set_policy import SetPolicy
 from tests.env.helpers import tiny_scenario
@@ -84,3 +85,22 @@ def test_a_scenario_beyond_the_padding_is_refused_in_one_line() -> None:
     env = SetPolicyEnv(ScenarioList((tiny_scenario(groups=1),)), SetLayout(max_groups=1, max_tenants=2))
     with pytest.raises(ValueError, match=r"^scenario tiny: 2 groups / 4 tenants exceed the set policy's maximum"):
         env.reset(seed=0, options={"scenario": tiny_scenario(groups=2)})
+
+
+def test_offered_reward_scale_divides_by_the_episodes_weighted_arrivals_per_interval() -> None:
+    units = []
+    for rate_rps in (2.0, 4.0):
+        scenario = tiny_scenario(rate_rps=rate_rps)
+        env = SetPolicyEnv(ScenarioList((scenario,)), reward_scale="offered")
+        _, info = env.reset(seed=0)
+        unit = info["reward_unit"]
+        expected = env.inner.offered_weighted_rps() * scenario.control_interval_s
+        assert unit == pytest.approx(expected)
+        inner = env.inner
+        hold = env.codec.encode(ControlAction(), inner.tenants, inner.groups, inner.current_pools(), inner.thresholds)
+        _, reward, _, _, step_info = env.step(hold)
+        assert reward == pytest.approx(step_info["reward_unscaled"] / unit)
+        units.append(unit)
+    assert 1.5 < units[1] / units[0] < 2.5  # twice the arrivals, about twice the unit
+    with pytest.raises(ValueError, match="reward_scale: 'goodput' is not 'none' or 'offered'"):
+        SetPolicyEnv(ScenarioList((tiny_scenario(),)), reward_scale="goodput")  # type: ignore[arg-type]
