@@ -337,3 +337,20 @@ def test_shipped_slot_artifacts_still_load_as_before(name: str) -> None:
     reference = LearnedPolicy.load(LEARNED / name)
     x = np.random.default_rng(0).uniform(0, 1, reference.manifest.layout.size).astype(np.float32)
     assert policy.act(x).tolist() == reference.act(x).tolist()
+
+
+def test_the_policy_spec_grammar_loads_set_artifacts_for_every_command(tmp_path: Path) -> None:
+    """``learned:DIR``, ``watchdog:learned:DIR`` and a registry download all reach the set runtime, with no slots."""
+    from policies.policy_file import PolicyFile, resolve_policy
+    from policies.registry import PolicySpecError, fixed_layout, load_policy
+
+    write_set_artifact(tmp_path / "set")
+    base = resolve_policy(PolicyFile())
+    for spec in (f"learned:{tmp_path / 'set'}", f"watchdog:learned:{tmp_path / 'set'}", "registry:models:/x@champion"):
+        policy = load_policy(spec, base, resolver=lambda _uri: tmp_path / "set")
+        assert fixed_layout(policy) is None  # any layout up to the maximum: the env grows to fit
+        inner = getattr(policy, "primary", policy)
+        assert isinstance(inner.inner, SetPolicy)
+    write_set_artifact(tmp_path / "bad", codec_hash="0" * 16)
+    with pytest.raises(PolicySpecError, match=r"codec_hash: artifact has '0000000000000000'"):
+        load_policy(f"learned:{tmp_path / 'bad'}", base)
