@@ -1,4 +1,4 @@
-"""The router's HTTP server: OpenAI-compatible endpoints, the P/D request flow, health checks, admin, metrics.
+"""The router's P/D request flow: plan, prefill leg, decode leg, fallbacks, record.
 
 Request flow (``POST /v1/completions``, ``POST /v1/chat/completions``):
 
@@ -16,6 +16,7 @@ Request flow (``POST /v1/completions``, ``POST /v1/chat/completions``):
 4. record: metrics and one JSONL line (:mod:`router.telemetry`).
 
 Client disconnects cancel the handler, which closes the upstream connection (the instance then aborts).
+The server and its lifecycle are :mod:`router.app`; the background upkeep is :mod:`router.upkeep`.
 """
 
 from __future__ import annotations
@@ -25,16 +26,14 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from policies.policy_file import PolicyFile, load_policy_file
 from policies.schema import FallbackAction, Route
-from router.admin import AdminApi, PolicyState, policy_state_from
+from router.admin import PolicyState
 from router.config import RouterConfig
 from router.decide import Plan, Planner
 from router.estimates import TransferHealth
@@ -43,10 +42,11 @@ from router.registry import Instance, InstanceRegistry
 from router.relay import error_body, is_error_event, relay, sse_error_event
 from router.telemetry import RequestLog, RequestRecord, RouterMetrics
 
-__all__ = ["Router"]
+__all__ = ["UPSTREAM_ERRORS", "RequestFlow", "prefill_client_timeout"]
 
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-_UPSTREAM_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
+UPSTREAM_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
+"""What a call to an instance raises when the instance cannot be reached or does not answer in time."""
 
 
 class _DecodeFailed(Exception):
@@ -88,163 +88,50 @@ class _Request:
         self.record = record
 
 
-class Router:
-    """The P/D router: owns the HTTP server, the upstream client pool and the live state."""
+def prefill_client_timeout(config: RouterConfig) -> aiohttp.ClientTimeout:
+    """The client timeout of short upstream calls (prefill legs, ``/metrics``, ``/tokenize``, ``/v1/models``)."""
+    t = config.timeouts
+    return aiohttp.ClientTimeout(total=t.prefill_s, sock_connect=t.connect_s)
 
-    def __init__(self, config: RouterConfig, registry: CollectorRegistry | None = None) -> None:
+
+class RequestFlow:
+    """Serves generation requests through the P/D legs, with fallbacks, and records them.
+
+    :class:`router.app.Router` routes the generation endpoints to :meth:`generate` and shares its live state;
+    ``session``, ``policy`` and ``now`` are read per request (the policy changes through the admin API).
+    """
+
+    def __init__(
+        self,
+        config: RouterConfig,
+        registry: InstanceRegistry,
+        planner: Planner,
+        transfer_health: TransferHealth,
+        metrics: RouterMetrics,
+        log: RequestLog | None,
+        session: Callable[[], aiohttp.ClientSession],
+        policy: Callable[[], PolicyState],
+        now: Callable[[], float],
+    ) -> None:
         self.config = config
-        self.registry = InstanceRegistry(config.instances)
-        h = config.health
-        self.transfer_health = TransferHealth(h.transfer_window_s, h.transfer_min_samples, h.transfer_unhealthy_frac)
-        self.planner = Planner(self.registry, config.estimation, self.transfer_health)
-        self.metrics_registry = registry or CollectorRegistry()
-        self.metrics = RouterMetrics(self.metrics_registry)
-        policy = load_policy_file(config.policy_file) if config.policy_file else PolicyFile()
-        self.policy = policy_state_from(policy, 0, str(config.policy_file or "<defaults>"))
-        self.metrics.policy_generation.set(0)
-        self.log = RequestLog(config.request_log) if config.request_log else None
-        self.admin = AdminApi(
-            config.resolved_admin_token(),
-            lambda: self.policy,
-            self._set_policy,
-            self.registry,
-            lambda: self.transfer_health.healthy(self._now()),
-            self._publish_instances,
-        )
-        self._session: aiohttp.ClientSession | None = None
-        self._runner: web.AppRunner | None = None
-        self._tasks: list[asyncio.Task[None]] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self.port = config.listen.port
+        self.registry = registry
+        self.planner = planner
+        self.transfer_health = transfer_health
+        self.metrics = metrics
+        self.log = log
+        self._session = session
+        self._policy = policy
+        self._now = now
         t = config.timeouts
         self._stream_timeout = aiohttp.ClientTimeout(total=None, sock_connect=t.connect_s, sock_read=t.stream_idle_s)
-        self._prefill_timeout = aiohttp.ClientTimeout(total=t.prefill_s, sock_connect=t.connect_s)
+        self._prefill_timeout = prefill_client_timeout(config)
         self._unary_timeout = aiohttp.ClientTimeout(total=t.first_token_s, sock_connect=t.connect_s)
         self._tokenize_remotely = config.estimation.tokenizer == "instance"
 
-    # ----------------------------------------------------------------------------------------- lifecycle
-
-    @property
-    def url(self) -> str:
-        """Base URL of the router."""
-        return f"http://{self.config.listen.host}:{self.port}"
-
     @property
     def session(self) -> aiohttp.ClientSession:
-        """The upstream client pool (open between :meth:`start` and :meth:`stop`)."""
-        if self._session is None:
-            raise RuntimeError("router is not started")
-        return self._session
-
-    def _now(self) -> float:
-        return self._loop.time() if self._loop is not None else time.monotonic()
-
-    def app(self) -> web.Application:
-        """The aiohttp application."""
-        app = web.Application(client_max_size=64 * 1024**2)
-        app.router.add_post("/v1/completions", self._generate)
-        app.router.add_post("/v1/chat/completions", self._generate)
-        app.router.add_get("/health", self._health)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/v1/models", self._models)
-        self.admin.add_routes(app)
-        return app
-
-    async def start(self) -> None:
-        """Open the client pool, start background tasks and listen."""
-        self._loop = asyncio.get_running_loop()
-        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=60, ttl_dns_cache=None)
-        self._session = aiohttp.ClientSession(
-            connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",)
-        )
-        self._runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.listen.host, self.config.listen.port, reuse_address=True)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
-        self._tasks = [asyncio.create_task(self._health_loop(), name="router-health")]
-        if self.log is not None:
-            self._tasks.append(asyncio.create_task(self._flush_loop(), name="router-log-flush"))
-        if self.config.health.metrics_poll_s > 0:
-            self._tasks.append(asyncio.create_task(self._metrics_poll_loop(), name="router-metrics-poll"))
-        self._publish_instances()
-
-    async def stop(self) -> None:
-        """Stop listening, cancel background tasks, close the pool and the log."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks = []
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-        if self._session is not None:
-            await self.session.close()
-            self._session = None
-        if self.log is not None:
-            self.log.close()
-
-    def _set_policy(self, state: PolicyState) -> None:
-        self.policy = state
-        self.metrics.policy_generation.set(state.generation)
-
-    def _publish_instances(self) -> None:
-        m = self.metrics
-        for inst in self.registry.instances.values():
-            m.instance_healthy.labels(inst.id).set(1 if inst.healthy else 0)
-            for role in ("prefill", "decode"):
-                m.instance_in_flight.labels(inst.id, role).set(inst.in_flight if inst.role == role else 0)
-                m.instance_role.labels(inst.id, role).set(1 if inst.role == role else 0)
-        m.transfer_healthy.set(1 if self.transfer_health.healthy(self._now()) else 0)
-
-    # ----------------------------------------------------------------------------------- background tasks
-
-    async def _health_loop(self) -> None:
-        h = self.config.health
-        timeout = aiohttp.ClientTimeout(total=h.timeout_s)
-        while True:
-            await asyncio.gather(*(self._check(inst, timeout) for inst in self.registry.instances.values()))
-            self._publish_instances()
-            await asyncio.sleep(h.interval_s)
-
-    async def _check(self, inst: Instance, client_timeout: aiohttp.ClientTimeout) -> None:
-        try:
-            async with self.session.get(inst.url + "/health", timeout=client_timeout) as resp:
-                ok = resp.status == 200
-        except _UPSTREAM_ERRORS:
-            ok = False
-        if ok and not inst.healthy:
-            self.planner.tracker(inst).clear()  # back after a failure: assume it restarted with an empty cache
-        inst.healthy = ok
-        if ok:
-            inst.consecutive_failures = 0
-
-    async def _metrics_poll_loop(self) -> None:
-        while True:
-            await asyncio.gather(*(self._poll_kv_usage(inst) for inst in self.registry.instances.values()))
-            await asyncio.sleep(self.config.health.metrics_poll_s)
-
-    async def _poll_kv_usage(self, inst: Instance) -> None:
-        try:
-            async with self.session.get(inst.url + "/metrics", timeout=self._prefill_timeout) as resp:
-                text = await resp.text()
-        except _UPSTREAM_ERRORS:
-            inst.kv_usage_frac = None
-            return
-        values = [
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith("vllm:kv_cache_usage_perc{") and " " in line
-        ]
-        inst.kv_usage_frac = max(values) if values else None
-
-    async def _flush_loop(self) -> None:
-        while True:
-            await asyncio.sleep(1.0)
-            if self.log is not None:
-                self.log.flush()
+        """The upstream client pool."""
+        return self._session()
 
     async def _count_tokens(self, body: Mapping[str, Any]) -> int | None:
         """Prompt tokens counted by a decode instance's ``POST /tokenize`` (None: fall back to the estimate)."""
@@ -261,33 +148,13 @@ class Router:
         try:
             async with self.session.post(serving[0].url + "/tokenize", json=query, timeout=self._prefill_timeout) as r:
                 data = await r.json() if r.status == 200 else None
-        except (*_UPSTREAM_ERRORS, ValueError):
+        except (*UPSTREAM_ERRORS, ValueError):
             return None
         count = data.get("count") if isinstance(data, dict) else None
         return count if isinstance(count, int) else None
 
-    # ------------------------------------------------------------------------------------ plain endpoints
-
-    async def _health(self, _: web.Request) -> web.Response:
-        ok = bool(self.registry.serving("decode"))
-        return web.Response(status=200 if ok else 503)
-
-    async def _metrics(self, _: web.Request) -> web.Response:
-        self._publish_instances()
-        return web.Response(body=generate_latest(self.metrics_registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    async def _models(self, _: web.Request) -> web.StreamResponse:
-        for inst in self.registry.serving("decode"):
-            try:
-                async with self.session.get(inst.url + "/v1/models", timeout=self._prefill_timeout) as resp:
-                    return web.Response(body=await resp.read(), status=resp.status, content_type="application/json")
-            except _UPSTREAM_ERRORS:
-                continue
-        return web.Response(body=error_body(503, "no decode instance available", "ServiceUnavailableError"), status=503)
-
-    # ---------------------------------------------------------------------------------------- generation
-
-    async def _generate(self, request: web.Request) -> web.StreamResponse:
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        """Serve one ``/v1/completions`` or ``/v1/chat/completions`` request."""
         arrival = self._now()
         arrival_ts = time.time()
         raw = await request.read()
@@ -303,7 +170,7 @@ class Router:
         api_key = authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else None
         counted = await self._count_tokens(body) if self._tokenize_remotely else None
         plan = self.planner.plan(
-            body, self.policy.resolved, request_id, headers.get("X-Tenant-Id"), api_key, arrival, counted
+            body, self._policy().resolved, request_id, headers.get("X-Tenant-Id"), api_key, arrival, counted
         )
         if plan is None:
             return _json_error(503, "no decode instance available", "ServiceUnavailableError")
@@ -427,7 +294,7 @@ class Router:
         except TimeoutError:
             self._mark_failed(inst, "prefill_timeout")
             return None, "prefill_timeout"
-        except _UPSTREAM_ERRORS:
+        except UPSTREAM_ERRORS:
             self._mark_failed(inst, "connect")
             return None, "prefill_error"
         finally:
@@ -492,7 +359,7 @@ class Router:
                 headers=forwarded_headers(req.request_id, req.authorization),
                 timeout=self._stream_timeout,
             )
-        except _UPSTREAM_ERRORS as exc:
+        except UPSTREAM_ERRORS as exc:
             self._mark_failed(inst, "connect")
             rec.error = f"decode {inst.id}: {type(exc).__name__}"
             raise _DecodeFailed from exc
@@ -505,7 +372,7 @@ class Router:
                     first = await resp.content.readany()
             except TimeoutError as exc:
                 raise self._decode_timed_out(rec, inst, remote) from exc
-            except _UPSTREAM_ERRORS as exc:
+            except UPSTREAM_ERRORS as exc:
                 raise self._decode_unreachable(rec, inst, "disconnect", exc) from exc
             if not first:
                 self._mark_failed(inst, "disconnect")
@@ -597,7 +464,7 @@ class Router:
                 status = resp.status
         except TimeoutError as exc:
             raise self._decode_timed_out(rec, inst, remote) from exc
-        except _UPSTREAM_ERRORS as exc:
+        except UPSTREAM_ERRORS as exc:
             raise self._decode_unreachable(rec, inst, "connect", exc) from exc
         if status >= 500:
             if remote:
