@@ -258,7 +258,7 @@ def load_plan_scenario(
 
     ``source`` is a scenario YAML (its cluster and tenants; groups are merged into one), a fitted-workload file
     of ``pdctl profile --emit-workload`` (tenant → workload), an Azure CSV, a Mooncake JSONL, a router JSONL log
-    (fitted with :func:`env.profiling.fit.fit_workload`) or a ServeGen folder. A trace is replayed from its
+    (fitted with :func:`livestack.profiling.fit.fit_workload`) or a ServeGen folder. A trace is replayed from its
     start, compressed by the rate multiplier ``m`` (a probe of ``horizon_s`` covers ``m × horizon_s`` seconds of
     the trace, repeated when the trace is shorter), so probes near capacity see a broad part of it. ``slo``
     replaces every tenant's objectives (required when the source carries none).
@@ -370,7 +370,7 @@ def _yaml_source(path: Path, traces_dir: str | Path | None) -> tuple[list[Tenant
 
 
 def _trace_source(path: Path) -> list[TenantConfig]:
-    from env.profiling.sources import detect_source_kind, load_records
+    from livestack.profiling.sources import detect_source_kind, load_records
 
     try:
         kind = detect_source_kind(str(path))
@@ -385,7 +385,7 @@ def _trace_source(path: Path) -> list[TenantConfig]:
     elif kind == "servegen":
         spec = {"kind": "servegen", "path": str(path), "start_s": 0.0}
     elif kind == "router":
-        from env.profiling.fit import fit_workload
+        from livestack.profiling.fit import fit_workload
 
         try:
             records, _ = load_records(str(path), "router")

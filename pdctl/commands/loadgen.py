@@ -11,10 +11,10 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from env.loadgen import LoadOptions, TenantSummary, replay, requests_from_scenario, requests_from_workload
-from env.loadgen.report import summarize, write_csv, write_json
 from env.scenario import ScenarioError, load_scenario
 from env.workloads import RequestSpec, WorkloadError, parse_workload_config, resolve_paths
+from livestack.loadgen import LoadOptions, TenantSummary, replay, requests_from_scenario, requests_from_workload
+from livestack.loadgen.report import summarize, write_csv, write_json
 
 __all__ = ["register"]
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from env.loadgen.client import RequestResult
+from livestack.loadgen.client import RequestResult
 from policies.scoring import quantile
 
 __all__ = ["TenantSummary", "summarize", "write_csv", "write_json"]
