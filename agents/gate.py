@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from agents.harness import ALL_TENANTS, RunSpec, run_one
+
 __all__ = [
     "EVIDENCE_FORMAT",
     "EVIDENCE_PATH",
@@ -246,8 +248,6 @@ class GateEvidence:
 
 def evaluate_specs(specs: Sequence[str], paths: Sequence[Path], seeds: Sequence[int]) -> dict[str, PolicyScore]:
     """Every spec over every scenario and seed: mean weighted goodput per scenario, and their mean."""
-    from agents.evaluate import ALL_TENANTS, RunSpec, run_one
-
     out: dict[str, PolicyScore] = {}
     for spec in specs:
         per: dict[str, float] = {}

@@ -3,19 +3,22 @@
 A configuration is a prefill:decode split per tenant group (every split of the group's instance budget within
 its pool bounds) and one route level for every tenant:
 
-* ``local`` — aggregated serving (only with no prefill instances; a split with 0 prefill is served this way);
-* ``remote`` — every request prefilled remotely (B1);
-* ``remote>=N`` for N in 512, 1024, 2048, 4096, 8192 — the project's rule with ``min_remote_input_tokens = N``,
-  ``max_local_input_tokens = N/2``, no decode-pressure requirement, the seed's queue-wait fallback.
+* ``aggregated`` — aggregated serving (only with no prefill instances; a split with 0 prefill is served this way);
+* ``always_remote`` — every request prefilled remotely (B1);
+* ``remote>=N`` for N in 512, 1024, 2048, 4096, 8192 — the project's rule with a crisp threshold at N tokens.
 
-Each configuration runs through :func:`agents.evaluate.run_one` — the same env, guard and scoring as every
-policy, from the same starting deployment (the scenario's): the static policy asks for its split from the first
-interval and the guard walks the pools there, as it would for any policy — on the search seeds.
+The levels are :mod:`policies.route_levels`'s, the same the capacity planner searches. Each configuration is a
+static policy (:func:`agents.policy_specs.static_policy`) run through :func:`agents.harness.run_one` — the same
+env, guard and scoring as every policy, from the same starting deployment (the scenario's): its thresholds are
+in force from the first simulated second, it asks for its split from the first interval and the guard walks the
+pools there, as it would for any policy — on the search seeds.
 ``pdctl evaluate`` searches on the evaluation seeds themselves, so ``grid:`` is the exact best static
 configuration *of the evaluated sample paths* (an oracle over static configurations: it knows the load it will be
 scored on). The best mean priority-weighted goodput wins (ties: higher return). It is not an upper bound for
 dynamic policies: a per-request rule that reads queues (e.g. legacy Dynamo's) can beat every static threshold.
-Results are cached as JSON per scenario content, grid definition and seeds; runs are spread over processes.
+Results are cached as JSON (under ``$PDCTL_DATA_DIR/grid_cache``, ``./data/grid_cache`` by default) per scenario
+content, grid definition, seeds and the digest of the source that scores a point (simulator, env, core, harness), so
+an entry is never read across a code change; runs are spread over processes.
 """
 
 from __future__ import annotations
@@ -23,56 +26,34 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from agents.harness import ALL_TENANTS, RunSpec, run_many
+from agents.source_digest import source_digest
 from env.gym_env import resolve_scenario
 from env.scenario import Scenario
-from policies.base import PolicyContext
-from policies.features import Observation
-from policies.schema import ControlAction, PoolTargets, RouteRule, RoutingThresholds
+from env.workloads.trace_catalog import data_dir
+from policies.route_levels import AGGREGATED, ALWAYS_REMOTE, remote_level
 
 __all__ = [
     "DEFAULT_CACHE_DIR",
     "GRID_VERSION",
     "ROUTE_LEVELS",
     "SEARCH_SEEDS",
-    "StaticPolicy",
     "best_points",
     "grid_points",
-    "route_thresholds",
     "search",
-    "static_policy",
 ]
 
-GRID_VERSION = 3
-"""Bump when the grid, the scoring or the env changes what a cached result means."""
+GRID_VERSION = 4
+"""Bump when the grid, the scoring or the env changes what a cached result means (4: crisp ``remote>=N``
+levels of :mod:`policies.route_levels`, named ``aggregated`` / ``always_remote``, in force from the start)."""
 SEARCH_SEEDS: tuple[int, ...] = (0, 1, 2)
-DEFAULT_CACHE_DIR = Path(__file__).resolve().parents[1] / "experiments" / "results" / "grid_cache"
+DEFAULT_CACHE_DIR = data_dir() / "grid_cache"
 _REMOTE_LEVELS_TOKENS = (512, 1024, 2048, 4096, 8192)
-ROUTE_LEVELS: tuple[str, ...] = ("local", "remote", *(f"remote>={n}" for n in _REMOTE_LEVELS_TOKENS))
-
-
-def route_thresholds(level: str, base: RoutingThresholds | None = None) -> RoutingThresholds:
-    """The routing thresholds of a route level (see the module docstring)."""
-    base = base or RoutingThresholds()
-    if level == "local":
-        return replace(base, rule=RouteRule.AGGREGATED_ONLY, buckets=())
-    if level == "remote":
-        return replace(base, rule=RouteRule.ALWAYS_REMOTE, buckets=())
-    if level.startswith("remote>="):
-        tokens = int(level.removeprefix("remote>="))
-        return replace(
-            base,
-            rule=RouteRule.PDCTL,
-            buckets=(),
-            min_remote_input_tokens=tokens,
-            max_local_input_tokens=tokens // 2,
-            require_decode_pool_pressure=False,
-        )
-    raise ValueError(f"unknown route level {level!r} (known: {', '.join(ROUTE_LEVELS)})")
+ROUTE_LEVELS: tuple[str, ...] = (AGGREGATED, ALWAYS_REMOTE, *(remote_level(n) for n in _REMOTE_LEVELS_TOKENS))
 
 
 def _splits(scenario: Scenario) -> list[dict[str, tuple[int, int]]]:
@@ -100,43 +81,26 @@ def grid_points(scenario: Scenario) -> list[dict[str, Any]]:
     points = []
     for split in _splits(scenario):
         any_prefill = any(p > 0 for p, _ in split.values())
-        levels = [lvl for lvl in ROUTE_LEVELS if lvl != "local"] if any_prefill else ["local"]
+        levels = [lvl for lvl in ROUTE_LEVELS if lvl != AGGREGATED] if any_prefill else [AGGREGATED]
         points.extend({"pools": {g: list(p) for g, p in split.items()}, "route": level} for level in levels)
     return points
 
 
-class StaticPolicy:
-    """A fixed configuration: the same pool targets and thresholds every interval."""
-
-    def __init__(self, pools: Mapping[str, PoolTargets], thresholds: Mapping[str, RoutingThresholds], policy_id: str):
-        self._pools = dict(pools)
-        self._thresholds = dict(thresholds)
-        self._policy_id = policy_id
-
-    @property
-    def policy_id(self) -> str:
-        """The spec plus the configuration."""
-        return self._policy_id
-
-    def decide(self, observation: Observation, context: PolicyContext) -> ControlAction:
-        """Always the configuration."""
-        del observation, context
-        return ControlAction(
-            thresholds=dict(self._thresholds), pools=dict(self._pools), reason="static", policy_id=self._policy_id
-        )
-
-
-def static_policy(point: Mapping[str, Any], scenario: Scenario, spec: str = "grid:") -> StaticPolicy:
-    """The :class:`StaticPolicy` of one grid point for ``scenario``."""
-    pools = {g: PoolTargets(int(p[0]), int(p[1])) for g, p in point["pools"].items()}
-    thresholds = {t.name: route_thresholds(str(point["route"])) for t in scenario.tenants}
-    label = ",".join(f"{g}={p[0]}P{p[1]}D" for g, p in point["pools"].items())
-    return StaticPolicy(pools, thresholds, f"{spec}{label}/{point['route']}")
+_CODE_PATHS = (
+    "agents/harness.py",
+    "agents/runs.py",
+    "agents/policy_specs.py",
+    "agents/grid_search.py",
+    "env",
+    "policies",
+)
+"""Source a grid point's score depends on: the run harness and episode loop, the simulator and env, the core."""
 
 
 def _cache_key(scenario: Scenario, seeds: Sequence[int]) -> str:
     payload = {
         "version": GRID_VERSION,
+        "code": source_digest(f"grid-v{GRID_VERSION}", _CODE_PATHS),
         "scenario": scenario.model_dump(mode="json"),
         "levels": ROUTE_LEVELS,
         "seeds": list(seeds),
@@ -158,8 +122,6 @@ def search(
     Returns ``{"scenario", "key", "seeds", "best", "points": [{"pools", "route", "weighted_goodput_rps",
     "episode_return", "slo_attainment_frac"}, ...]}``.
     """
-    from agents.evaluate import RunSpec, run_many
-
     scenario = resolve_scenario(Path(scenario_path), traces_dir)
     key = _cache_key(scenario, seeds)
     cache = (cache_dir or DEFAULT_CACHE_DIR) / f"{scenario.name}-{key}.json"
@@ -188,7 +150,7 @@ def search(
         if failed:  # a configuration whose run crashed cannot be chosen; reported in the cache file
             errors.append({**point, "errors": failed})
             continue
-        totals = [next(r for r in res.rows if r["tenant"] == "ALL") for res in runs]
+        totals = [next(r for r in res.rows if r["tenant"] == ALL_TENANTS) for res in runs]
         scored.append(
             {
                 **point,

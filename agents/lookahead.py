@@ -9,7 +9,7 @@ It serves two purposes:
 
 * the imitation teacher of :mod:`agents.pretrain`, whose decisions are encoded into the learned policy's action
   space (:func:`encoded_step`);
-* ``expert:H`` in :mod:`agents.evaluate` (:class:`LookaheadPolicy`, decisions applied as they are,
+* ``expert:H`` in :mod:`agents.policy_specs` (:class:`LookaheadPolicy`, decisions applied as they are,
   :func:`direct_step`): what switching between the baselines and the static configurations of the grid can win
   on a scenario over the best of them alone, before anyone trains a policy to try.
 
@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from agents.runs import control_interval, running
 from env.gym_env import PDClusterEnv
 from policies.base import Policy, PolicyContext
 from policies.features import Observation
@@ -47,16 +48,10 @@ __all__ = [
     "encoded_step",
     "keep_current",
     "respect_masks",
-    "running",
 ]
 
 StepFn = Callable[[PDClusterEnv, Policy], float]
 """Advance ``env`` one control interval acting as the policy; return the interval's reward."""
-
-
-def running(env: PDClusterEnv) -> bool:
-    """Whether the episode has intervals left."""
-    return bool(env.sim.now_s < env.scenario.duration_s - 1e-9)
 
 
 def respect_masks(action: np.ndarray, mask: np.ndarray, nvec: np.ndarray, noop: np.ndarray) -> np.ndarray:
@@ -87,7 +82,7 @@ def encoded_step(env: PDClusterEnv, policy: Policy) -> float:
 
 def direct_step(env: PDClusterEnv, policy: Policy) -> float:
     """One interval acting as ``policy`` with its decision applied as it is (through the guard)."""
-    return env.control(policy.decide(env.observation(), env.policy_context())).reward
+    return control_interval(env, policy).reward
 
 
 @dataclass(slots=True)
@@ -173,7 +168,7 @@ def keep_current(policies: Sequence[Policy], chosen: int, observation: Observati
 class LookaheadPolicy:
     """``expert:H``: the clairvoyant lookahead expert as a policy of an evaluation run.
 
-    It needs the simulator it acts in (:meth:`bind`); :func:`agents.evaluate.run_one` binds it. Decisions are
+    It needs the simulator it acts in (:meth:`bind`); :func:`agents.runs.run_episode` binds it. Decisions are
     the chosen candidate's, applied as they are.
     """
 

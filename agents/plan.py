@@ -4,9 +4,10 @@
 
 * **aggregated** — every instance serves prefill and decode (``aggregated`` role, every request local);
 * **disaggregated** ``P:D`` with ``P + D = N // tp`` and ``P, D ≥ 1``, under one route level for every tenant:
-  ``always_remote`` (every prompt prefilled remotely) or ``remote>=T`` for T in ``levels_tokens`` (the
-  project's rule with a crisp threshold: inputs ≥ T tokens, after prefix-cache hits, go remote; the seed's
-  prefill-queue overload fallback stays on; no decode-pressure or expected-output condition).
+  ``always_remote`` (every prompt prefilled remotely) or ``remote>=T`` for T in ``levels_tokens``
+  (as :mod:`policies.route_levels` defines them: the project's rule with a crisp threshold: inputs ≥ T
+  tokens, after prefix-cache hits, go remote; the seed's prefill-queue overload fallback stays on; no
+  decode-pressure or expected-output condition).
 
 **Score.** A configuration's capacity is its *maximum sustainable rate*: the largest multiplier ``m`` of the
 workload's request rate at which ≥ ``target_frac`` (90 %) of the arrived requests meet both their TTFT and
@@ -71,11 +72,19 @@ from typing import Any
 
 import yaml
 
-from env.perf.profile import OperatorProfile, ProfileError
+from agents.runs import episode_env, run_episode, scale_rates
+from env.gym_env import PDClusterEnv
+from env.perf.profile import OperatorProfile, ProfileError, load_operator_profile
 from env.scenario import ClusterConfig, Scenario, ScenarioError, SloConfig, TenantConfig, load_scenario
+from env.sim.simulator import ClusterSimulator, kv_capacity_tokens
+from env.sim.summary import summarize
 from env.workloads.config import WorkloadConfig, parse_workload_config
 from env.workloads.errors import WorkloadError
-from policies.schema import FallbackAction, RouteRule, RoutingThresholds
+from livestack.profiling.fit import fit_workload
+from livestack.profiling.sources import detect_source_kind, load_records
+from policies.route_levels import AGGREGATED, ALWAYS_REMOTE, level_min_remote_tokens, remote_level, route_thresholds
+from policies.rules import FilePolicy
+from policies.schema import FallbackAction, RoutingThresholds
 from policies.scoring import count_slo_met, slo_attainment_frac
 
 __all__ = [
@@ -97,12 +106,23 @@ __all__ = [
 
 PLAN_VERSION = 1
 """Bump when the meaning of a cached probe changes in a way the code hash does not see."""
-AGGREGATED = "aggregated"
-ALWAYS_REMOTE = "always_remote"
 DEFAULT_LEVELS_TOKENS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
 GROUP_NAME = "main"
 _REPO_ROOT = Path(__file__).resolve().parents[1]
-_CODE_PATHS = ("env/sim", "env/perf", "env/workloads", "env/scenario.py", "policies/routing.py", "policies/schema.py")
+_CODE_PATHS = (
+    "agents/runs.py",
+    "env/gym_env.py",
+    "env/sim",
+    "env/perf",
+    "env/workloads",
+    "env/scenario.py",
+    "policies/control.py",
+    "policies/guard.py",
+    "policies/routing.py",
+    "policies/route_levels.py",
+    "policies/rules.py",
+    "policies/schema.py",
+)
 _PARETO_GRID_FRACS = (0.25, 0.5, 0.75, 1.0, 1.25)
 _MIN_INDEX_DOUBLINGS = -6
 _MAX_INDEX_DOUBLINGS = 8
@@ -171,7 +191,7 @@ class PlanConfig:
     @property
     def min_remote_input_tokens(self) -> int | None:
         """T of the common ``remote>=T`` level (0 for always remote, None when aggregated)."""
-        return _level_tokens(self.route)
+        return level_min_remote_tokens(self.route)
 
     def route_for(self, tenant: str) -> str:
         """The route level of ``tenant``."""
@@ -187,21 +207,11 @@ class PlanConfig:
 
     def thresholds(self, tenant: str | None = None) -> RoutingThresholds:
         """The routing thresholds of ``tenant`` (default: of the common level) under this configuration."""
-        level = self.route if tenant is None else self.route_for(tenant)
-        if level == AGGREGATED:
-            return RoutingThresholds(disaggregation_enabled=False, rule=RouteRule.AGGREGATED_ONLY)
-        if level == ALWAYS_REMOTE:
-            return RoutingThresholds(rule=RouteRule.ALWAYS_REMOTE)
-        tokens = _level_tokens(level)
-        if tokens is None or tokens < 1:
-            raise ValueError(f"unknown route level {level!r}")
-        return RoutingThresholds(
-            rule=RouteRule.PDCTL,
-            min_remote_input_tokens=tokens,
-            max_local_input_tokens=tokens - 1,
-            min_expected_output_tokens=0,
-            require_decode_pool_pressure=False,
-        )
+        return route_thresholds(self.route if tenant is None else self.route_for(tenant))
+
+    def thresholds_for(self, tenant: str) -> RoutingThresholds:
+        """The routing thresholds of ``tenant`` (what :class:`policies.rules.FilePolicy` publishes)."""
+        return self.thresholds(tenant)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -217,17 +227,9 @@ class PlanConfig:
         return cls(int(data["num_prefill"]), int(data["num_decode"]), str(data["route"]), routes)
 
 
-def _level_tokens(level: str) -> int | None:
-    if level == ALWAYS_REMOTE:
-        return 0
-    if level.startswith("remote>="):
-        return int(level.removeprefix("remote>="))
-    return None
-
-
 def route_levels(levels_tokens: Sequence[int]) -> list[str]:
     """The disaggregated route levels: always remote, then ``remote>=T`` for each T."""
-    return [ALWAYS_REMOTE, *(f"remote>={t}" for t in sorted(set(levels_tokens)))]
+    return [ALWAYS_REMOTE, *(remote_level(t) for t in sorted(set(levels_tokens)))]
 
 
 def candidate_configs(num_instances: int, levels_tokens: Sequence[int] = DEFAULT_LEVELS_TOKENS) -> list[PlanConfig]:
@@ -319,8 +321,6 @@ def _slug(text: str) -> str:
 
 
 def _check_profile(scenario: Scenario) -> None:
-    from env.sim.simulator import kv_capacity_tokens
-
     cluster = scenario.cluster
     try:
         profile = _profile_cached(cluster.profile, str(cluster.profile_dir))
@@ -336,8 +336,6 @@ def _check_profile(scenario: Scenario) -> None:
 
 @cache
 def _profile_cached(name: str, directory: str) -> OperatorProfile:
-    from env.perf.profile import load_operator_profile
-
     return load_operator_profile(name, None if directory == "None" else directory)
 
 
@@ -370,8 +368,6 @@ def _yaml_source(path: Path, traces_dir: str | Path | None) -> tuple[list[Tenant
 
 
 def _trace_source(path: Path) -> list[TenantConfig]:
-    from livestack.profiling.sources import detect_source_kind, load_records
-
     try:
         kind = detect_source_kind(str(path))
     except WorkloadError as exc:
@@ -385,8 +381,6 @@ def _trace_source(path: Path) -> list[TenantConfig]:
     elif kind == "servegen":
         spec = {"kind": "servegen", "path": str(path), "start_s": 0.0}
     elif kind == "router":
-        from livestack.profiling.fit import fit_workload
-
         try:
             records, _ = load_records(str(path), "router")
             return [TenantConfig(name="default", group=GROUP_NAME, workload=fit_workload(records))]
@@ -399,8 +393,6 @@ def _trace_source(path: Path) -> list[TenantConfig]:
 
 def configured_scenario(scenario: Scenario, config: PlanConfig, rate_scale: float = 1.0) -> Scenario:
     """``scenario`` with its group deployed as ``config`` and every tenant's rate multiplied by ``rate_scale``."""
-    from agents.evaluate import scale_rates
-
     group = scenario.tenant_groups[0]
     if config.is_aggregated:
         pools = {"prefill": 0, "decode": 0, "aggregated": config.num_decode}
@@ -441,7 +433,11 @@ class Probe:
 
 @cache
 def code_version() -> str:
-    """Hash of the source that decides what a probe returns (simulator, perf model, workloads, routing, planner)."""
+    """Hash of the source that decides what a probe returns (simulator to planner, see ``_CODE_PATHS``).
+
+    Besides the simulator, performance model, workloads and routing, that is the episode loop and the control
+    step a probe runs through.
+    """
     digest = hashlib.sha256(f"plan-v{PLAN_VERSION}".encode())
     files: list[Path] = [Path(__file__)]
     for rel in _CODE_PATHS:
@@ -495,26 +491,20 @@ def _run_probe_in_worker(config: PlanConfig, rate_scale: float, stop_below_frac:
 def run_probe(scenario: Scenario, config: PlanConfig, rate_scale: float, stop_below_frac: float | None = None) -> Probe:
     """Simulate ``config`` at ``rate_scale`` for the scenario's horizon, drain, and score (no cache).
 
-    With ``stop_below_frac`` the run stops as soon as so many requests have missed their SLO (failed, or
-    finished late) that the attainment cannot reach it; the probe is then marked incomplete (attainment and
-    goodput are bounds: it failed).
+    The configuration runs as a static policy (its thresholds from the first simulated second, pools as
+    deployed) through the one episode loop (:func:`agents.runs.run_episode`, seeded with the scenario's seed
+    as ``pdctl sim`` and ``pdctl evaluate`` seed theirs). With ``stop_below_frac`` the run stops as soon as so
+    many requests have missed their SLO (failed, or finished late) that the attainment cannot reach it; the
+    probe is then marked incomplete (attainment and goodput are bounds: it failed).
     """
-    from env.sim.build import build_simulator, generate_workloads
-    from env.sim.summary import summarize
-
     start = time.perf_counter()
     deployed = configured_scenario(scenario, config, rate_scale)
-    profile = _profile_cached(deployed.cluster.profile, str(deployed.cluster.profile_dir))
-    workloads = generate_workloads(deployed, deployed.seed)
-    thresholds = {t.name: config.thresholds(t.name) for t in deployed.tenants}
-    sim = build_simulator(deployed, thresholds, deployed.seed, profile=profile, workloads=workloads)
+    policy = FilePolicy(config, config.label)
+    env = episode_env(deployed, policy)
+    stop = None if stop_below_frac is None else _Hopeless(stop_below_frac)
+    episode = run_episode(env, policy, deployed.seed, stop=stop)
+    sim, complete = episode.sim, not episode.stopped
     horizon_s = deployed.duration_s
-    end_s = horizon_s + deployed.drain_s
-    complete = True
-    if stop_below_frac is None:
-        sim.run(max_time_s=end_s)
-    else:
-        complete = _run_until_hopeless(sim, end_s, horizon_s / _CHECKS_PER_HORIZON, stop_below_frac)
     summary = summarize(sim, time.perf_counter() - start, deployed.name, config.label, deployed.seed, horizon_s)
     arrived = sim.num_requests if not complete else sum(t.arrived for t in summary.tenants)
     met = sum(t.slo_met for t in summary.tenants)
@@ -535,10 +525,7 @@ def run_probe(scenario: Scenario, config: PlanConfig, rate_scale: float, stop_be
     )
 
 
-_CHECKS_PER_HORIZON = 10
-
-
-def _late(sim: Any, tenant_index: int, start: int = 0) -> int:
+def _late(sim: ClusterSimulator, tenant_index: int, start: int = 0) -> int:
     """Finished requests of one tenant (from index ``start`` on) that missed its SLO (:mod:`policies.scoring`)."""
     finished = sim.finished[tenant_index][start:]
     ttft = [r.ttft_s for r in finished]
@@ -546,28 +533,27 @@ def _late(sim: Any, tenant_index: int, start: int = 0) -> int:
     return len(finished) - count_slo_met(ttft, tpot, sim.slo_ttft_s[tenant_index], sim.slo_tpot_s[tenant_index])
 
 
-def _misses(sim: Any) -> int:
+def _misses(sim: ClusterSimulator) -> int:
     """Requests already lost: failed, or finished outside their tenant's TTFT or TPOT objective."""
     return int(sim.num_failed) + sum(_late(sim, ti) for ti in range(len(sim.finished)))
 
 
-def _run_until_hopeless(sim: Any, end_s: float, step_s: float, target_frac: float) -> bool:
-    """Run to ``end_s`` in steps; stop early (returning False) once attainment < ``target_frac`` is certain."""
-    allowed = (1.0 - target_frac) * sim.num_requests
-    counted = [0] * len(sim.finished)
-    late = 0
-    t = 0.0
-    while t < end_s:
-        t = min(t + step_s, end_s)
-        sim.run_until(t)
+class _Hopeless:
+    """Stop check of a search probe: true once attainment < ``target_frac`` is certain (counted incrementally)."""
+
+    def __init__(self, target_frac: float) -> None:
+        self.target_frac = target_frac
+        self._counted: list[int] = []
+        self._late = 0
+
+    def __call__(self, env: PDClusterEnv) -> bool:
+        sim = env.sim
+        if not self._counted:
+            self._counted = [0] * len(sim.finished)
         for ti, finished in enumerate(sim.finished):
-            late += _late(sim, ti, counted[ti])
-            counted[ti] = len(finished)
-        if late + sim.num_failed > allowed:
-            return False
-        if sim.num_in_flight == 0 and sim.num_arrived == sim.num_requests:
-            return True
-    return True
+            self._late += _late(sim, ti, self._counted[ti])
+            self._counted[ti] = len(finished)
+        return bool(self._late + sim.num_failed > (1.0 - self.target_frac) * sim.num_requests)
 
 
 class ProbeRunner:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from agents.evaluate import RunResult
+from agents.harness import RunResult
+from policies.registry import parse_policy_spec
 
 __all__ = ["label", "plot_cdfs", "plot_decisions", "plot_goodput", "plot_sweep", "write_all"]
 
@@ -41,10 +41,8 @@ def label(policy: str) -> str:
     if policy.startswith("expert:"):
         return f"expert (clairvoyant, {policy.removeprefix('expert:')} intervals)"
     if policy.startswith("watchdog"):
-        from agents.evaluate import parse_watchdog_spec
-
-        fallback, primary = parse_watchdog_spec(policy)
-        return f"{label(primary)} + watchdog ({label(fallback)})"
+        parsed = parse_policy_spec(policy)
+        return f"{label(parsed.argument)} + watchdog ({label(str(parsed.fallback))})"
     return policy
 
 

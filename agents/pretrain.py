@@ -46,8 +46,10 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from agents.evaluate import RunSpec, make_policy, run_one
-from agents.lookahead import LookaheadChooser, encoded_action, encoded_step, keep_current, running
+from agents.harness import RunSpec, run_one, weighted_goodput_rps
+from agents.lookahead import LookaheadChooser, encoded_action, encoded_step, keep_current
+from agents.policy_specs import make_policy, static_policy
+from agents.runs import running
 from env.gym_env import PDClusterEnv
 from policies.base import Policy
 from policies.features import ObservationLayout
@@ -144,7 +146,7 @@ class LookaheadTask:
     candidates: tuple[str, ...]
     """Policy specs (``baseline:``, ``file:``, ``learned:``)."""
     grid_points: tuple[Mapping[str, Any], ...]
-    """Static configurations (:func:`agents.grid_search.static_policy`), also candidates."""
+    """Static configurations (:func:`agents.policy_specs.static_policy`), also candidates."""
     layout: ObservationLayout
     horizon_intervals: int = 12
     score_candidates: bool = True
@@ -182,8 +184,6 @@ class ExpertEpisode:
 
 
 def _candidates(task: LookaheadTask, env: PDClusterEnv) -> tuple[list[str], list[Policy]]:
-    from agents.grid_search import static_policy
-
     names = list(task.candidates)
     policies = [make_policy(spec, env.scenario) for spec in task.candidates]
     for point in task.grid_points:
@@ -201,9 +201,7 @@ def _labelled(env: PDClusterEnv, policy: Policy) -> tuple[np.ndarray, np.ndarray
 
 
 def _weighted_goodput_rps(env: PDClusterEnv) -> float:
-    """Drain the episode and score it as :func:`agents.evaluate.run_one` does (priority-weighted, both SLOs)."""
-    from agents.evaluate import weighted_goodput_rps
-
+    """Drain the episode and score it as :func:`agents.harness.run_one` does (priority-weighted, both SLOs)."""
     return weighted_goodput_rps(env.drain(), env.tenants, env.scenario.duration_s)
 
 

@@ -42,6 +42,7 @@ from agents.gate import (
     policy_spec_for,
     utc_now,
 )
+from policies.policy_file import PolicyFileError, load_policy_file, resolve_policy
 
 __all__ = [
     "DEFAULT_TRACKING_DIR",
@@ -131,8 +132,6 @@ def _kind_of(path: Path) -> str:
 
 
 def _stage_policy_file(policy_file: Path) -> Path:
-    from policies.policy_file import PolicyFileError, load_policy_file, resolve_policy
-
     try:
         resolve_policy(load_policy_file(policy_file), str(policy_file))
     except PolicyFileError as exc:

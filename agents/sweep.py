@@ -58,6 +58,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from agents.config import ExperimentConfig, ExperimentError, validation_lines
+from agents.evaluate import scenario_paths
+from agents.registry import default_tracking_uri, ensure_experiment
+from agents.tracking import provenance_tags
+from agents.train import evaluate_policies, train
 
 __all__ = [
     "RANKING_METRIC",
@@ -165,8 +169,6 @@ def plan_trials(config: ExperimentConfig, source: str = "<experiment>") -> list[
         ExperimentError: no ``sweep`` block, an unknown scenario, or a trial the experiment schema refuses; one
             line per problem, starting with ``source``.
     """
-    from agents.evaluate import scenario_paths
-
     sweep = config.sweep
     if sweep is None:
         raise ExperimentError(f"{source}: sweep: no sweep block (give seeds, scenarios and/or hyperparameters)")
@@ -214,8 +216,6 @@ def run_trial(job: _Job) -> TrialOutcome:
     os.environ["MLFLOW_RUN_ID"] = job.run_id  # train()'s mlflow.start_run resumes the child run the driver made
     out = Path(job.out_dir)
     try:
-        from agents.train import train
-
         config = ExperimentConfig.model_validate(job.config)
         result = train(config, out, tracking_uri=job.tracking_uri, progress=False, evaluate_baselines=False)
         evaluation = result.evaluation[f"learned:{result.artifact}"]
@@ -416,9 +416,6 @@ def run_sweep(
     import mlflow
     from mlflow import MlflowClient
 
-    from agents.registry import default_tracking_uri, ensure_experiment
-    from agents.tracking import provenance_tags
-
     assert config.sweep is not None
     sweep = config.sweep
     parallel = max_parallel or sweep.max_parallel
@@ -528,9 +525,6 @@ def _close_child(client: Any, outcome: TrialOutcome, trial: Trial, name: str, st
 def _baselines(config: ExperimentConfig) -> dict[str, float]:
     if not config.baselines:
         return {}
-    from agents.evaluate import scenario_paths
-    from agents.train import evaluate_policies
-
     table = evaluate_policies(config.baselines, scenario_paths(config.held_out_scenarios), config.eval_seeds)
     return {spec: values["mean"] for spec, values in table.items()}
 

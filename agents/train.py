@@ -42,7 +42,16 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv,
 from agents.config import ExperimentConfig
 from agents.evaluate import RunSpec, run_one, scenario_paths
 from agents.export import export_policy
-from agents.pretrain import Demonstrations
+from agents.grid_search import best_points
+from agents.pretrain import (
+    Demonstrations,
+    LookaheadTask,
+    behaviour_clone,
+    choose_teachers,
+    collect_demonstrations,
+    collect_lookahead_demonstrations,
+    with_candidate_scores,
+)
 from agents.registry import (
     default_tracking_uri,
     ensure_experiment,
@@ -159,8 +168,6 @@ def _warm_start(
     ``dagger_iterations`` rounds then lets the student drive, has the expert label the states it reaches, and
     refits on all labels so far.
     """
-    from agents.pretrain import behaviour_clone, choose_teachers, collect_demonstrations
-
     pretrain = config.pretrain
     assert pretrain is not None
     if pretrain.expert == "lookahead":
@@ -199,9 +206,6 @@ def _lookahead_demonstrations(
 ) -> Demonstrations:
     """Lookahead-expert labels on every training scenario and pretrain seed (``driver`` acts when given; DAgger)."""
     import os
-
-    from agents.grid_search import best_points
-    from agents.pretrain import LookaheadTask, collect_lookahead_demonstrations, with_candidate_scores
 
     assert config.pretrain is not None
     pretrain = config.pretrain

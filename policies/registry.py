@@ -1,36 +1,53 @@
-"""Policies by name: ``file:PATH``, ``baseline:NAME``, ``learned:PATH``, ``registry:models:/NAME@ALIAS``.
+"""Policies by name: the one policy-spec grammar of every command.
 
-Every command that takes a policy resolves it here. Baselines live in the explicit :data:`BASELINES` table
-(name → factory: ``queue_kv`` of :mod:`policies.rules` and every baseline of :mod:`policies.baselines`); a name
-not in it is refused with the list of known names. ``learned:PATH`` loads an exported artifact
-(:class:`policies.learned.LearnedPolicy`). ``registry:models:/NAME@ALIAS`` needs a *resolver* from the caller
-(the registry client lives outside the pure core): it turns the URI into a local directory holding either a
-learned artifact or a ``policy.yaml``.
+Core kinds:
+
+* ``file:PATH`` — a policy file (:class:`policies.rules.FilePolicy`: its thresholds for every tenant);
+* ``baseline:NAME`` — the explicit :data:`BASELINES` table (name → factory: ``queue_kv`` of
+  :mod:`policies.rules` and every baseline of :mod:`policies.baselines`); a name not in it is refused with the
+  list of known names;
+* ``learned:PATH`` — an exported artifact (:class:`policies.learned.LearnedPolicy`);
+* ``registry:models:/NAME@ALIAS`` (or ``/NAME/VERSION``) — needs a *resolver* from the caller (the registry
+  client lives outside the pure core) that turns the URI into a local directory holding either a learned
+  artifact or a ``policy.yaml``;
+* ``watchdog:PRIMARY`` and ``watchdog[FALLBACK]:PRIMARY`` — ``PRIMARY`` (any core kind but another watchdog)
+  under the SLO watchdog of :mod:`policies.watchdog` (default parameters), with a ``baseline:`` or ``file:``
+  fallback (:data:`WATCHDOG_FALLBACK` when none is named).
+
+Packages outside the core add kinds with :func:`register_kind` (``agents`` adds ``grid:`` and ``expert:H``,
+which need a simulator and so never reach the controller); a kind nobody registered is refused.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from policies import baselines as _baselines
 from policies.base import Policy, PolicyContext
-from policies.features import Observation
+from policies.features import Observation, ObservationLayout
 from policies.learned import LearnedPolicy, PolicyLoadError
 from policies.policy_file import PolicyFileError, ResolvedPolicy, load_policy_file, resolve_policy
 from policies.rules import FilePolicy, QueueKvParams, QueueKvPolicy
 from policies.schema import ControlAction
+from policies.watchdog import FALLBACK_KINDS, SloWatchdog
 
 __all__ = [
     "BASELINES",
+    "WATCHDOG_FALLBACK",
+    "KindFactory",
+    "LoadOptions",
     "PolicySpec",
     "PolicySpecError",
     "RegistryResolver",
+    "build_policy",
+    "fixed_layout",
     "load_artifact_dir",
     "load_policy",
     "parse_policy_spec",
+    "register_kind",
 ]
 
 BaselineFactory = Callable[[ResolvedPolicy, str, Mapping[str, Any]], Policy]
@@ -63,7 +80,11 @@ BASELINES: Mapping[str, BaselineFactory] = {
 """Baseline policies by name. Each factory takes the base policy (tenants, SLOs, bounds), the spec and the
 baseline's parameters (keyword arguments of its parameter dataclass)."""
 
-_KINDS = ("file", "baseline", "learned", "registry")
+WATCHDOG_FALLBACK = "baseline:dynamo-legacy"
+"""The fallback of ``watchdog:PRIMARY`` (the best baseline on most shipped scenarios)."""
+
+_CORE_KINDS = ("file", "baseline", "learned", "registry")
+_CORE_USAGE = "file:PATH, baseline:NAME, learned:PATH, registry:models:/NAME@ALIAS, watchdog[FALLBACK]:PRIMARY"
 
 
 class PolicySpecError(ValueError):
@@ -72,22 +93,133 @@ class PolicySpecError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class PolicySpec:
-    """A parsed policy spec: its kind and argument (path, baseline name or model URI)."""
+    """A parsed policy spec: its kind and argument (path, baseline name, model URI or the watchdog's primary).
+
+    Attributes:
+        kind: ``file``, ``baseline``, ``learned``, ``registry``, ``watchdog`` or a registered kind.
+        argument: what follows the colon (for ``watchdog``: the primary's spec).
+        fallback: the watchdog's fallback spec (``None`` for other kinds).
+    """
 
     kind: str
     argument: str
+    fallback: str | None = None
 
     def __str__(self) -> str:
+        if self.kind == "watchdog":
+            return f"watchdog[{self.fallback}]:{self.argument}"
         return f"{self.kind}:{self.argument}"
 
 
-def parse_policy_spec(spec: str) -> PolicySpec:
-    """Split ``KIND:ARGUMENT`` and check the kind and the argument's shape."""
-    kind, sep, argument = spec.partition(":")
-    if not sep or kind not in _KINDS or not argument:
+RegistryResolver = Callable[[str], Path]
+"""Turns ``models:/NAME@ALIAS`` into a local directory (downloading it); raises ``ValueError`` when it cannot."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOptions:
+    """Everything :func:`load_policy` was given besides the spec (registered kinds receive it as it is).
+
+    Attributes:
+        base: the base policy (tenants, SLOs, bounds).
+        params: parameters of the baseline the spec itself names (ignored by other kinds and by the parts of a
+            watchdog spec).
+        base_dir: relative ``file:`` and ``learned:`` paths are taken relative to it (default: the working
+            directory).
+        fallback_dir: a relative path that does not exist there is looked up here too (``None``: nowhere else).
+        resolver: the registry client for ``registry:`` specs.
+        baseline_params: parameters for a baseline named anywhere in the spec, by baseline name, when
+            ``params`` does not give them (e.g. ``dynamo-throughput``'s profiled throughputs).
+        extra: what the caller hands to its registered kinds (the core never reads it).
+    """
+
+    base: ResolvedPolicy
+    params: Mapping[str, Any] = field(default_factory=dict)
+    base_dir: Path | None = None
+    fallback_dir: Path | None = None
+    resolver: RegistryResolver | None = None
+    baseline_params: Callable[[str], Mapping[str, Any]] | None = None
+    extra: Any = None
+
+    def path(self, argument: str) -> Path:
+        """A ``file:`` or ``learned:`` argument as a path (see ``base_dir`` and ``fallback_dir``)."""
+        path = Path(argument)
+        if path.is_absolute():
+            return path
+        here = self.base_dir / path if self.base_dir is not None else path
+        if not here.exists() and self.fallback_dir is not None and (self.fallback_dir / path).exists():
+            return self.fallback_dir / path
+        return here
+
+
+KindFactory = Callable[[PolicySpec, LoadOptions], Policy]
+"""Builds the policy of a registered kind; raises :class:`PolicySpecError` (or ``ValueError``) on bad input."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    factory: KindFactory
+    usage: str
+    empty_argument: bool
+
+
+_REGISTERED: dict[str, _Kind] = {}
+
+
+def register_kind(kind: str, factory: KindFactory, usage: str, *, empty_argument: bool = False) -> None:
+    """Add a policy kind to the grammar (registering the same kind again replaces it).
+
+    Args:
+        kind: the prefix before the colon; not a core kind nor ``watchdog``.
+        factory: builds the policy from the parsed spec and the load options.
+        usage: how the kind is written, for error messages (e.g. ``expert:H``).
+        empty_argument: whether ``KIND:`` alone is a valid spec (``grid:``).
+    """
+    if kind in (*_CORE_KINDS, "watchdog") or not kind.isidentifier():
+        raise ValueError(f"cannot register policy kind {kind!r}")
+    _REGISTERED[kind] = _Kind(factory, usage, empty_argument)
+
+
+def _usage() -> str:
+    return ", ".join([_CORE_USAGE, *(k.usage for k in _REGISTERED.values())])
+
+
+def _parse_watchdog(spec: str) -> PolicySpec:
+    rest = spec.removeprefix("watchdog")
+    if rest.startswith("[") and "]:" in rest:
+        fallback, primary = rest[1:].split("]:", 1)
+    elif rest.startswith(":"):
+        fallback, primary = WATCHDOG_FALLBACK, rest[1:]
+    else:
+        raise PolicySpecError(f"policy spec {spec!r}: expected watchdog:PRIMARY or watchdog[FALLBACK]:PRIMARY")
+    primary_kind, _, primary_argument = primary.partition(":")
+    if primary_kind not in _CORE_KINDS or not primary_argument:
         raise PolicySpecError(
-            f"policy spec {spec!r}: expected one of file:PATH, baseline:NAME, learned:PATH, registry:models:/NAME@ALIAS"
+            f"policy spec {spec!r}: the watchdog's primary must be baseline:NAME, file:PATH, learned:PATH "
+            "or registry:models:/NAME@ALIAS"
         )
+    fallback_kind, _, fallback_argument = fallback.partition(":")
+    if fallback_kind not in FALLBACK_KINDS or not fallback_argument:
+        raise PolicySpecError(f"policy spec {spec!r}: the watchdog's fallback must be baseline:NAME or file:PATH")
+    try:
+        parse_policy_spec(primary)
+    except PolicySpecError as exc:
+        raise PolicySpecError(f"policy spec {spec!r}: {str(exc).split(': ', 1)[1]}") from None
+    return PolicySpec("watchdog", primary, fallback)
+
+
+def parse_policy_spec(spec: str) -> PolicySpec:
+    """Split ``KIND:ARGUMENT`` and check the kind and the argument's shape.
+
+    Raises:
+        PolicySpecError: one line naming the spec.
+    """
+    if spec.startswith("watchdog"):
+        return _parse_watchdog(spec)
+    kind, sep, argument = spec.partition(":")
+    registered = _REGISTERED.get(kind)
+    known = kind in _CORE_KINDS or registered is not None
+    if not sep or not known or not (argument or (registered is not None and registered.empty_argument)):
+        raise PolicySpecError(f"policy spec {spec!r}: expected one of {_usage()}")
     if kind == "registry":
         body = argument.removeprefix("models:/")
         pinned = "/" in body and body.rsplit("/", 1)[1].isdigit()
@@ -97,10 +229,6 @@ def parse_policy_spec(spec: str) -> PolicySpec:
                 "or registry:models:/NAME/VERSION"
             )
     return PolicySpec(kind, argument)
-
-
-RegistryResolver = Callable[[str], Path]
-"""Turns ``models:/NAME@ALIAS`` into a local directory (downloading it); raises ``ValueError`` when it cannot."""
 
 
 def load_artifact_dir(path: Path, spec: str) -> Policy:
@@ -131,6 +259,74 @@ class _Labelled:
         return replace(self.inner.decide(observation, context), policy_id=self._policy_id)
 
 
+def fixed_layout(policy: Policy) -> ObservationLayout | None:
+    """The slot layout a policy was trained on (a learned policy, also relabelled or under the watchdog).
+
+    ``None`` for rule policies, which decide on named observations and fit any layout.
+    """
+    if isinstance(policy, LearnedPolicy):
+        return policy.manifest.layout
+    if isinstance(policy, _Labelled):
+        return fixed_layout(policy.inner)
+    if isinstance(policy, SloWatchdog):
+        return fixed_layout(policy.primary) or fixed_layout(policy.fallback)
+    return None
+
+
+def _baseline(parsed: PolicySpec, spec: str, options: LoadOptions, params: Mapping[str, Any] | None) -> Policy:
+    factory = BASELINES.get(parsed.argument)
+    if factory is None:
+        known = ", ".join(sorted(BASELINES))
+        raise PolicySpecError(f"policy spec {spec!r}: unknown baseline {parsed.argument!r} (known: {known})")
+    if params is None:
+        params = options.baseline_params(parsed.argument) if options.baseline_params is not None else {}
+    try:
+        return factory(options.base, str(parsed), params)
+    except PolicySpecError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise PolicySpecError(f"policy spec {spec!r}: bad parameters: {exc}") from None
+
+
+def _load(spec: str, options: LoadOptions, params: Mapping[str, Any] | None) -> Policy:
+    parsed = parse_policy_spec(spec)
+    if parsed.kind == "watchdog":
+        assert parsed.fallback is not None
+        return SloWatchdog(_load(parsed.argument, options, None), _load(parsed.fallback, options, None))
+    if parsed.kind == "file":
+        path = options.path(parsed.argument)
+        return FilePolicy(resolve_policy(load_policy_file(path), str(path)), str(parsed))
+    if parsed.kind == "baseline":
+        return _baseline(parsed, spec, options, params)
+    if parsed.kind == "learned":
+        return load_artifact_dir(options.path(parsed.argument), str(parsed))
+    if parsed.kind == "registry":
+        if options.resolver is None:
+            raise PolicySpecError(f"policy spec {spec!r}: registry policies need an MLflow registry client here")
+        try:
+            local = options.resolver(parsed.argument)
+        except ValueError as exc:
+            raise PolicySpecError(f"policy spec {spec!r}: {str(exc).splitlines()[0]}") from None
+        return load_artifact_dir(local, str(parsed))
+    try:
+        return _REGISTERED[parsed.kind].factory(parsed, options)
+    except PolicySpecError:
+        raise
+    except ValueError as exc:
+        raise PolicySpecError(f"policy spec {spec!r}: {str(exc).splitlines()[0]}") from None
+
+
+def build_policy(spec: str, options: LoadOptions) -> Policy:
+    """Build the policy named by ``spec`` with everything :class:`LoadOptions` holds.
+
+    Raises:
+        PolicySpecError: unknown kind or baseline, a learned or registry artifact that does not load, a
+            registry spec without a resolver, or a registered kind's refusal.
+        policies.policy_file.PolicyFileError: a ``file:`` policy is invalid.
+    """
+    return _load(spec, options, options.params or None)
+
+
 def load_policy(
     spec: str,
     base: ResolvedPolicy,
@@ -140,40 +336,12 @@ def load_policy(
 ) -> Policy:
     """Build the policy named by ``spec`` for the tenants, SLOs and bounds of ``base``.
 
-    ``params`` are the baseline's parameters (ignored by other kinds); relative ``file:`` paths are taken
-    relative to ``base_dir``.
+    ``params`` are the baseline's parameters (ignored by other kinds); relative ``file:`` and ``learned:``
+    paths are taken relative to ``base_dir``.
 
     Raises:
-        PolicySpecError: unknown kind or baseline, a learned or registry artifact that does not load, or a
-            registry spec without a resolver.
+        PolicySpecError: unknown kind or baseline, a learned or registry artifact that does not load, a
+            registry spec without a resolver, or a registered kind's refusal.
         policies.policy_file.PolicyFileError: a ``file:`` policy is invalid.
     """
-    parsed = parse_policy_spec(spec)
-    if parsed.kind == "file":
-        path = Path(parsed.argument)
-        if base_dir is not None and not path.is_absolute():
-            path = base_dir / path
-        return FilePolicy(resolve_policy(load_policy_file(path), str(path)), str(parsed))
-    if parsed.kind == "baseline":
-        factory = BASELINES.get(parsed.argument)
-        if factory is None:
-            known = ", ".join(sorted(BASELINES))
-            raise PolicySpecError(f"policy spec {spec!r}: unknown baseline {parsed.argument!r} (known: {known})")
-        try:
-            return factory(base, str(parsed), params or {})
-        except PolicySpecError:
-            raise
-        except (TypeError, ValueError) as exc:
-            raise PolicySpecError(f"policy spec {spec!r}: bad parameters: {exc}") from None
-    if parsed.kind == "learned":
-        path = Path(parsed.argument)
-        if base_dir is not None and not path.is_absolute():
-            path = base_dir / path
-        return load_artifact_dir(path, str(parsed))
-    if resolver is None:
-        raise PolicySpecError(f"policy spec {spec!r}: registry policies need an MLflow registry client here")
-    try:
-        local = resolver(parsed.argument)
-    except ValueError as exc:
-        raise PolicySpecError(f"policy spec {spec!r}: {str(exc).splitlines()[0]}") from None
-    return load_artifact_dir(local, str(parsed))
+    return build_policy(spec, LoadOptions(base, params or {}, base_dir, resolver=resolver))

@@ -1,6 +1,8 @@
-"""Rule-based policies: a policy file as a policy, and a queue/KV threshold rule for pool sizing.
+"""Rule-based policies: fixed thresholds as a policy, and a queue/KV threshold rule for pool sizing.
 
-:class:`FilePolicy` publishes the thresholds of a policy file and has no opinion on pool sizes.
+:class:`FilePolicy` is the one "thresholds from a file" policy: it publishes a policy file's thresholds (or one
+route level's, :mod:`policies.route_levels`) for every tenant and, for a static configuration (the grid
+search's), fixed pool targets; otherwise it has no opinion on pool sizes.
 
 :class:`QueueKvPolicy` sizes prefill and decode pools per tenant group from the window, and moves the
 remote-prefill threshold of tenants whose TTFT objective is missed by long prompts:
@@ -26,33 +28,66 @@ back towards its file's thresholds.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from policies.base import PolicyContext
 from policies.features import Observation
-from policies.policy_file import ResolvedPolicy
 from policies.schema import ControlAction, GroupWindow, PoolTargets, RoutingThresholds, Tenant, TenantGroup
 
-__all__ = ["FilePolicy", "QueueKvParams", "QueueKvPolicy"]
+__all__ = ["FilePolicy", "QueueKvParams", "QueueKvPolicy", "ThresholdTable"]
+
+
+class ThresholdTable(Protocol):
+    """Thresholds per tenant name (a resolved policy file, a planner's configuration)."""
+
+    def thresholds_for(self, tenant: str) -> RoutingThresholds:
+        """The thresholds of ``tenant`` (a table that does not name it answers with its default)."""
+        ...
 
 
 class FilePolicy:
-    """Thresholds from a policy file; pool sizes held (no opinion)."""
+    """Fixed thresholds (a policy file's, or one route level's for every tenant) and, optionally, fixed pools.
 
-    def __init__(self, resolved: ResolvedPolicy, policy_id: str) -> None:
-        self._thresholds = {name: tp.thresholds for name, tp in resolved.tenants.items()}
+    Args:
+        source: a threshold table — a resolved policy file: each tenant of the context gets the file's
+            thresholds for its name, and a tenant the file does not name gets the file's default tenant's — or
+            one :class:`~policies.schema.RoutingThresholds` for every tenant (a static configuration).
+        policy_id: the spec this policy was loaded from.
+        pools: pool targets per tenant group, asked for every interval (a static configuration); ``None``:
+            no opinion on pool sizes (the guard holds them).
+    """
+
+    def __init__(
+        self,
+        source: ThresholdTable | RoutingThresholds,
+        policy_id: str,
+        pools: Mapping[str, PoolTargets] | None = None,
+    ) -> None:
+        self._source = source
+        self._pools = dict(pools or {})
         self._policy_id = policy_id
+        self._reason = "file_thresholds" if pools is None else "static"
 
     @property
     def policy_id(self) -> str:
         """The spec this policy was loaded from."""
         return self._policy_id
 
+    def thresholds_for(self, tenant: str) -> RoutingThresholds:
+        """The thresholds this policy publishes for ``tenant``."""
+        if isinstance(self._source, RoutingThresholds):
+            return self._source
+        return self._source.thresholds_for(tenant)
+
     def decide(self, observation: Observation, context: PolicyContext) -> ControlAction:
-        """The file's thresholds for every tenant; no pool targets."""
-        del observation, context
-        return ControlAction(thresholds=dict(self._thresholds), reason="file_thresholds", policy_id=self._policy_id)
+        """The fixed thresholds for every tenant of the context, and the fixed pools (if any)."""
+        del observation
+        thresholds = {t.name: self.thresholds_for(t.name) for t in context.tenants}
+        return ControlAction(
+            thresholds=thresholds, pools=dict(self._pools), reason=self._reason, policy_id=self._policy_id
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from env.families.archetypes import ARCHETYPES
+from env.perf.profile import available_profiles
 
 __all__ = [
     "SPLITS",
@@ -140,8 +141,6 @@ class ClusterKnobs(_Strict):
     @field_validator("profiles")
     @classmethod
     def _known(cls, value: dict[str, float]) -> dict[str, float]:
-        from env.perf.profile import available_profiles
-
         _weights_valid(value)
         known = available_profiles()
         unknown = sorted(set(value) - set(known))

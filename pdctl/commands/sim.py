@@ -1,9 +1,11 @@
 """``pdctl sim``: run a scenario in the discrete-event simulator and print per-tenant results.
 
-The policy is given by name: ``file:PATH.yaml`` (a policy file: thresholds per tenant; pools stay as the
-scenario starts them) runs the simulator straight through; ``baseline:NAME``, ``learned:PATH`` and
-``registry:models:/NAME@ALIAS`` decide every control interval through the same loop the evaluation harness and
-the gym env use (observation → policy → safety guard → simulator).
+The policy is given by name, in the grammar of every command (:mod:`policies.registry`): ``file:PATH.yaml``
+(a policy file: thresholds per tenant, in force from the first simulated second; pools stay as the scenario
+starts them), ``baseline:NAME``, ``learned:PATH``, ``registry:models:/NAME@ALIAS`` or
+``watchdog[FALLBACK]:PRIMARY``. Every policy runs through the one episode loop the evaluation harness uses
+(:func:`agents.runs.run_episode`: observation → policy → safety guard → simulator, then the drain); ``--seed``
+seeds the episode as ``pdctl evaluate`` does.
 Bad input (missing file, bad YAML, unknown field) prints one line naming the file and field and exits 2.
 """
 
@@ -29,27 +31,33 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(code=EXIT_INVALID)
 
 
-def _thresholds(spec: str, tenants: list[str]) -> dict[str, object]:
-    from policies.policy_file import PolicyFileError, load_policy_file, resolve_policy
-
-    kind, _, value = spec.partition(":")
-    if kind != "file" or not value:
-        raise _fail(f"policy {spec!r}: expected file:PATH.yaml, baseline:NAME, learned:PATH or registry:models:/N@A")
-    try:
-        resolved = resolve_policy(load_policy_file(Path(value)), value)
-    except PolicyFileError as exc:
-        raise _fail(str(exc.problems[0]) if exc.problems else str(exc)) from None
-    return {name: resolved.thresholds_for(name) for name in tenants}
-
-
 def _ms(value: float | None) -> str:
     return "-" if value is None or math.isnan(value) else f"{value * 1000:.1f}"
 
 
-def _run(scenario_path: Path, policy: str, seed: int | None, json_out: Path | None, traces: Path | None) -> None:
+def _policy(spec: str, scenario: Any) -> Any:
+    from agents.policy_specs import make_policy
+    from policies.policy_file import PolicyFileError
+    from policies.registry import PolicySpecError
+
+    resolver = None
+    if "registry:" in spec:
+        from controller.policy_registry import mlflow_resolver
+
+        resolver = mlflow_resolver()
+    try:
+        return make_policy(spec, scenario, resolver=resolver)
+    except PolicyFileError as exc:
+        raise _fail(str(exc.problems[0]) if exc.problems else str(exc)) from None
+    except PolicySpecError as exc:
+        raise _fail(str(exc).splitlines()[0]) from None
+
+
+def _run(scenario_path: Path, policy_spec: str, seed: int | None, json_out: Path | None, traces: Path | None) -> None:
+    """Run the scenario under the policy through the one episode loop (:func:`agents.runs.run_episode`)."""
+    from agents.runs import episode_env, run_episode
     from env.perf.profile import ProfileError
     from env.scenario import ScenarioError, load_scenario
-    from env.sim.build import build_simulator, generate_workloads, load_profile
     from env.workloads.errors import WorkloadError
 
     try:
@@ -57,63 +65,17 @@ def _run(scenario_path: Path, policy: str, seed: int | None, json_out: Path | No
     except ScenarioError as exc:
         raise _fail(exc.problems[0]) from None
     run_seed = scenario.seed if seed is None else seed
-    if policy.partition(":")[0] in ("baseline", "learned", "registry"):
-        sim, wall = _run_controlled(scenario, policy, run_seed, traces)
-        _report(sim, wall, scenario, policy, run_seed, json_out)
-        return
-    thresholds = _thresholds(policy, [t.name for t in scenario.tenants])
+    policy = _policy(policy_spec, scenario)
     try:
-        profile = load_profile(scenario)
-        workloads = generate_workloads(scenario, run_seed)
+        env = episode_env(scenario, policy, traces)
+    except ValueError as exc:
+        raise _fail(f"policy {policy_spec}: {str(exc).splitlines()[0]}") from None
+    start = time.perf_counter()
+    try:
+        sim = run_episode(env, policy, run_seed).sim
     except (ProfileError, WorkloadError) as exc:
         raise _fail(f"{scenario_path}: {exc}") from None
-    sim = build_simulator(scenario, thresholds, run_seed, profile=profile, workloads=workloads)  # type: ignore[arg-type]
-    start = time.perf_counter()
-    t = 0.0
-    while t < scenario.duration_s:
-        t = min(t + scenario.control_interval_s, scenario.duration_s)
-        sim.run_until(t)
-        sim.snapshot()
-    sim.run(max_time_s=scenario.duration_s + scenario.drain_s)
-    _report(sim, time.perf_counter() - start, scenario, policy, run_seed, json_out)
-
-
-def _run_controlled(scenario: Any, policy_spec: str, seed: int, traces: Path | None) -> tuple[Any, float]:
-    """Drive the scenario with a deciding policy through the env's observe → decide → guard → simulate loop."""
-    from agents.evaluate import make_policy
-    from env.gym_env import PDClusterEnv
-    from policies.base import Policy
-    from policies.learned import LearnedPolicy, PolicyLoadError
-    from policies.registry import PolicySpecError
-
-    try:
-        policy: Policy
-        if policy_spec.startswith("registry:"):
-            from controller.policy_registry import mlflow_resolver
-            from policies.policy_file import PolicyFile, resolve_policy
-            from policies.registry import load_policy
-
-            policy = load_policy(policy_spec, resolve_policy(PolicyFile()), resolver=mlflow_resolver())
-        else:
-            policy = make_policy(policy_spec, scenario)
-    except (ValueError, PolicySpecError, PolicyLoadError) as exc:
-        raise _fail(str(exc).splitlines()[0]) from None
-    layout = policy.manifest.layout if isinstance(policy, LearnedPolicy) else None
-    try:
-        env = PDClusterEnv(scenario, layout=layout, traces_dir=traces)
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
-    from env.workloads.errors import WorkloadError
-
-    start = time.perf_counter()
-    try:
-        env.reset(seed=seed)
-    except WorkloadError as exc:
-        raise _fail(f"{scenario.name}: {exc}") from None
-    while env.sim.now_s < scenario.duration_s - 1e-9:
-        env.control(policy.decide(env.observation(), env.policy_context()))
-    sim = env.drain()
-    return sim, time.perf_counter() - start
+    _report(sim, time.perf_counter() - start, scenario, policy_spec, run_seed, json_out)
 
 
 def _report(sim: Any, wall: float, scenario: Any, policy: str, run_seed: int, json_out: Path | None) -> None:
@@ -165,7 +127,10 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
     def sim(
         scenario: Path = typer.Option(..., "--scenario", help="Scenario YAML file."),  # noqa: B008
         policy: str = typer.Option(
-            ..., "--policy", help="Policy: file:PATH.yaml, baseline:NAME, learned:PATH or registry:models:/NAME@ALIAS."
+            ...,
+            "--policy",
+            help="Policy: file:PATH.yaml, baseline:NAME, learned:PATH, registry:models:/NAME@ALIAS or "
+            "watchdog[FALLBACK]:PRIMARY.",
         ),
         seed: int | None = typer.Option(None, "--seed", help="Seed (default: the scenario's)."),
         json_out: Path | None = typer.Option(None, "--json", help="Write the summary as JSON here."),  # noqa: B008

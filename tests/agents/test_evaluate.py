@@ -13,10 +13,13 @@ from typer.testing import CliRunner
 
 from agents import evaluate as ev
 from agents import grid_search as gs
+from agents.plan import PlanConfig
 from env.gym_env import resolve_scenario
 from env.scenario import Scenario
 from policies.base import Policy
-from policies.schema import PoolTargets, RouteRule
+from policies.registry import parse_policy_spec
+from policies.route_levels import route_thresholds
+from policies.schema import PoolTargets
 from tests.env.helpers import tiny_scenario
 
 
@@ -109,7 +112,8 @@ def test_crashing_run_is_reported_not_raised(tiny_path: Path) -> None:
     result = ev.run_one_safe(ev.RunSpec("learned:/no/such/artifact", str(tiny_path), 0))
     assert result.rows == []
     assert result.error is not None
-    assert "PolicyLoadError" in result.error
+    assert result.error.startswith("PolicySpecError: policy spec 'learned:/no/such/artifact': ")
+    assert "manifest.json: missing" in result.error
 
 
 def test_aggregate_mean_and_student_t_interval() -> None:
@@ -130,15 +134,13 @@ def test_grid_points_cover_splits_and_levels() -> None:
     scenario = tiny_scenario()
     points = gs.grid_points(scenario)
     assert len(points) == 1 + 3 * (len(gs.ROUTE_LEVELS) - 1)
-    assert {"pools": {"g0": [0, 4]}, "route": "local"} in points
-    assert all(p["route"] != "local" for p in points if p["pools"]["g0"][0] > 0)
+    assert {"pools": {"g0": [0, 4]}, "route": "aggregated"} in points
+    assert all(p["route"] != "aggregated" for p in points if p["pools"]["g0"][0] > 0)
     two = gs.grid_points(tiny_scenario(groups=2))
     assert len(two) == 1 + 15 * (len(gs.ROUTE_LEVELS) - 1)
-    assert gs.route_thresholds("remote>=4096").min_remote_input_tokens == 4096
-    assert gs.route_thresholds("remote>=4096").max_local_input_tokens == 2048
-    assert gs.route_thresholds("local").rule is RouteRule.AGGREGATED_ONLY
-    with pytest.raises(ValueError, match="unknown route level"):
-        gs.route_thresholds("sometimes")
+    assert gs.ROUTE_LEVELS[:2] == ("aggregated", "always_remote")
+    # the grid's levels are the planner's: remote>=T is a crisp threshold (policies.route_levels)
+    assert all(route_thresholds(level) == PlanConfig(1, 3, level).thresholds() for level in gs.ROUTE_LEVELS[1:])
 
 
 def test_grid_search_is_cached_and_picks_the_best(
@@ -152,7 +154,7 @@ def test_grid_search_is_cached_and_picks_the_best(
     def boom(*args: object, **kwargs: object) -> None:
         raise AssertionError("the cache should have answered")
 
-    monkeypatch.setattr(ev, "run_many", boom)
+    monkeypatch.setattr(gs, "run_many", boom)
     assert gs.search(tiny_path, seeds=(0,), workers=1, cache_dir=tmp_path / "cache") == result
     top = gs.best_points(tiny_path, 3, seeds=(0,), workers=1, cache_dir=tmp_path / "cache")
     score = {(json.dumps(p["pools"]), p["route"]): p["weighted_goodput_rps"] for p in result["points"]}
@@ -335,7 +337,11 @@ def test_learned_summary_compares_with_best_baseline_grid_and_ceiling() -> None:
     ],
 )
 def test_watchdog_specs_parse(spec: str, expected: tuple[str, str]) -> None:
-    assert ev.parse_watchdog_spec(spec) == expected
+    parsed = parse_policy_spec(spec)
+    assert (parsed.kind, parsed.fallback, parsed.argument) == ("watchdog", *expected)
+
+
+PRIMARY_MUST = "the watchdog's primary must be baseline:NAME, file:PATH, learned:PATH or registry:models:/NAME@ALIAS"
 
 
 @pytest.mark.parametrize(
@@ -343,15 +349,15 @@ def test_watchdog_specs_parse(spec: str, expected: tuple[str, str]) -> None:
     [
         ("watchdog", "expected watchdog:PRIMARY or watchdog[FALLBACK]:PRIMARY"),
         ("watchdog[baseline:aggregated]learned:x", "expected watchdog:PRIMARY or watchdog[FALLBACK]:PRIMARY"),
-        ("watchdog:expert:12", "the watchdog's primary must be baseline:NAME, file:PATH or learned:PATH"),
-        ("watchdog:grid:", "the watchdog's primary must be baseline:NAME, file:PATH or learned:PATH"),
-        ("watchdog:baseline:", "the watchdog's primary must be baseline:NAME, file:PATH or learned:PATH"),
+        ("watchdog:expert:12", PRIMARY_MUST),
+        ("watchdog:grid:", PRIMARY_MUST),
+        ("watchdog:baseline:", PRIMARY_MUST),
         ("watchdog[learned:x]:baseline:aggregated", "the watchdog's fallback must be baseline:NAME or file:PATH"),
     ],
 )
 def test_bad_watchdog_specs_are_refused_in_one_line(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=f"^{re.escape(f'policy spec {spec!r}: {message}')}$"):
-        ev.parse_watchdog_spec(spec)
+        parse_policy_spec(spec)
 
 
 def test_watchdog_runs_hand_a_failing_primary_to_the_fallback(tiny_path: Path, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from agents import evaluate as ev
 from agents.lookahead import LookaheadChooser, LookaheadPolicy, StepFn
-from env.gym_env import PDClusterEnv
+from env.gym_env import PDClusterEnv, resolve_scenario
 from policies.base import Policy
 from tests.env.helpers import tiny_scenario
 
@@ -103,7 +103,7 @@ def test_expert_with_a_whole_episode_horizon_beats_every_candidate_alone(inciden
 
 
 def test_expert_spec_builds_its_candidates_and_refuses_to_run_unbound(incident_path: Path) -> None:
-    scenario = ev.resolve_scenario(incident_path)
+    scenario = resolve_scenario(incident_path)
     policy = ev.make_policy("expert:4", scenario, candidate_points=POINTS)
     assert isinstance(policy, LookaheadPolicy)
     assert policy.candidates == [*ev.EXPERT_TEACHERS, "grid:g0=2P2D/remote", "grid:g0=1P3D/remote>=4096"]
@@ -119,9 +119,11 @@ def test_expert_spec_builds_its_candidates_and_refuses_to_run_unbound(incident_p
         env.control(decision)
     assert sum(policy.chosen_intervals.values()) == 3
     assert set(policy.chosen_intervals) <= set(policy.candidates)
-    for bad in ("expert:", "expert:0", "expert:soon", "expert:500"):
-        with pytest.raises(ValueError, match="horizon of 1-120"):
+    for bad in ("expert:0", "expert:soon", "expert:500"):
+        with pytest.raises(ValueError, match=f"^policy spec '{bad}': expert:H takes a horizon of 1-120"):
             ev.make_policy(bad, scenario)
+    with pytest.raises(ValueError, match=r"^policy spec 'expert:': expected one of .* expert:H"):
+        ev.make_policy("expert:", scenario)
 
 
 def test_evaluate_gives_the_expert_its_section_and_the_best_baseline_excludes_it(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from policies.base import Policy, PolicyContext
 from policies.features import build_observation
 from policies.policy_file import load_policy_text, resolve_policy
 from policies.registry import BASELINES, PolicySpecError, load_policy, parse_policy_spec
+from policies.route_levels import route_thresholds
 from policies.rules import FilePolicy, QueueKvParams, QueueKvPolicy
 from policies.schema import ControlAction, GroupWindow, MetricWindow, PoolTargets, RoutingThresholds, TenantWindow
 
@@ -51,9 +53,25 @@ CALM = TenantWindow(request_rate_rps=2.0, ttft_p95_s=0.2, tpot_p95_s=0.02, mean_
 
 def test_file_policy_publishes_the_file_and_holds_pools() -> None:
     action = decide(FilePolicy(RESOLVED, "file:x"), PoolTargets(1, 3), {"chat": CALM})
-    assert action.thresholds == BASE
+    assert action.thresholds == {t.name: BASE[t.name] for t in TENANTS}  # every tenant of the context
     assert action.pools == {}
     assert action.policy_id == "file:x"
+    # a tenant the file does not name gets the file's default tenant's thresholds
+    stranger = replace(TENANTS[0], name="stranger")
+    context = replace(ctx(PoolTargets(1, 3)), tenants=(*TENANTS, stranger))
+    window = MetricWindow(100.0, 10.0, {}, {"g": GroupWindow(1, 3)})
+    observation = build_observation(window, context.observation_context())
+    thresholds = FilePolicy(RESOLVED, "file:x").decide(observation, context).thresholds
+    assert thresholds["stranger"] == BASE["default"] != RoutingThresholds()
+
+
+def test_static_file_policy_asks_for_its_pools_and_one_level_everywhere() -> None:
+    level = route_thresholds("remote>=512")
+    policy = FilePolicy(level, "grid:g=2P2D/remote>=512", {"g": PoolTargets(2, 2)})
+    action = decide(policy, PoolTargets(1, 3), {"chat": CALM})
+    assert action.thresholds == {"chat": level, "rag": level}
+    assert action.pools == {"g": PoolTargets(2, 2)}
+    assert policy.thresholds_for("anyone") == level
 
 
 def test_prefill_pressure_at_full_budget_shifts_a_decode_instance() -> None:

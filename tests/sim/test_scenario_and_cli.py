@@ -102,7 +102,7 @@ def test_pdctl_sim_runs_and_writes_json(tmp_path: Path) -> None:
         (["--policy", "baseline:static"], "unknown baseline 'static'"),
         (["--policy", "learned:/nonexistent/artifact"], "/nonexistent/artifact/manifest.json: missing"),
         (["--policy", "file:/nonexistent/policy.yaml"], "/nonexistent/policy.yaml"),
-        (["--policy", "nonsense"], "expected file:PATH.yaml"),
+        (["--policy", "nonsense"], "policy spec 'nonsense': expected one of file:PATH, baseline:NAME"),
     ],
 )
 def test_pdctl_sim_refuses_bad_policies(tmp_path: Path, args: list[str], expected: str) -> None:
