@@ -39,10 +39,12 @@ from pydantic import (
 )
 
 from policies.features import ObservationLayout, PoolActions
+from policies.set_features import SET_MAX_GROUPS, SET_MAX_TENANTS, SetLayout
 
 __all__ = [
     "ExperimentConfig",
     "ExperimentError",
+    "FamilyConfig",
     "HyperparameterGrid",
     "Hyperparameters",
     "LayoutConfig",
@@ -65,18 +67,59 @@ class _Strict(BaseModel):
 
 
 class LayoutConfig(_Strict):
-    """Observation/action slots."""
+    """Observation/action slots (``kind: slots``) or the padding of a layout-free set policy (``kind: set``)."""
 
+    kind: Literal["slots", "set"] = "slots"
+    """``slots``: fixed group/tenant slots, action codec v3/v4 (:mod:`policies.action_codec`); ``set``: the
+    layout-free set policy, action codec v5 (:mod:`policies.set_policy`), any groups and tenants up to
+    ``max_groups`` / ``max_tenants`` (default 3 / 6 for it, what the scenario family generates)."""
     max_groups: Annotated[int, Field(ge=1, le=8)] = 2
     max_tenants: Annotated[int, Field(ge=1, le=16)] = 4
     pool_actions: PoolActions = "target"
     """``target`` (the count each pool should reach; action codec v4) or ``delta`` (±1 instance per pool and
     interval; v3, what artifacts trained before v4 use). Targets imitate better: every interval is labelled with
-    the split, not only the few that move (``experiments/results/learned/README.md``)."""
+    the split, not only the few that move (``experiments/results/learned/README.md``). Slots only: a set policy
+    always moves one instance toward prefill or decode."""
+
+    @model_validator(mode="after")
+    def _set_has_no_pool_actions(self) -> LayoutConfig:
+        if self.kind == "set" and "pool_actions" in self.model_fields_set:
+            raise ValueError("pool_actions applies to kind: slots only (a set policy moves the prefill share)")
+        return self
 
     def to_layout(self) -> ObservationLayout:
         """The :class:`~policies.features.ObservationLayout` these slots describe."""
         return ObservationLayout(self.max_groups, self.max_tenants, self.pool_actions)
+
+    def to_set_layout(self) -> SetLayout:
+        """The :class:`~policies.set_features.SetLayout` (kind ``set``; unset maxima default to 3 / 6)."""
+        fields = self.model_fields_set
+        return SetLayout(
+            max_groups=self.max_groups if "max_groups" in fields else SET_MAX_GROUPS,
+            max_tenants=self.max_tenants if "max_tenants" in fields else SET_MAX_TENANTS,
+        )
+
+
+class FamilyConfig(_Strict):
+    """Training on a scenario family (``docs/scenario-families.md``): a fresh generated scenario per episode."""
+
+    path: str = Field(min_length=1, description="The family file (e.g. experiments/families/default.yaml).")
+    train_split: Literal["train", "validation", "test"] = "train"
+    """Split the training episodes are drawn from."""
+    validation_split: Literal["train", "validation", "test"] = "validation"
+    """Split the checkpoints are compared on (its first ``validation_scenarios`` seeds)."""
+    validation_scenarios: Annotated[int, Field(ge=1, le=200)] = 6
+    """How many scenarios of the validation split (its first seeds) checkpoints are compared on."""
+
+    @model_validator(mode="after")
+    def _splits_apart(self) -> FamilyConfig:
+        if self.train_split == self.validation_split:
+            raise ValueError(
+                f"validation_split {self.validation_split!r} is the train_split (validation must be unseen)"
+            )
+        if "test" in (self.train_split, self.validation_split):
+            raise ValueError("the test split is for the final judgement only; train and validate on the others")
+        return self
 
 
 class Hyperparameters(_Strict):
@@ -94,6 +137,10 @@ class Hyperparameters(_Strict):
     max_grad_norm: Annotated[float, Field(gt=0)] = 0.5
     net_arch: list[Annotated[int, Field(ge=1)]] = [64, 64]
     activation: Literal["tanh", "relu"] = "tanh"
+    set_hidden_width: Annotated[int, Field(ge=4, le=1024)] = 64
+    """``layout.kind: set`` only: width of the shared tenant and group encoders."""
+    set_encoder_layers: Annotated[int, Field(ge=1, le=4)] = 2
+    """``layout.kind: set`` only: tanh layers per encoder."""
 
 
 def _distinct(seeds: list[int]) -> list[int]:
@@ -209,7 +256,11 @@ class ExperimentConfig(_Strict):
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
     description: str = ""
     algorithm: Literal["maskable_ppo"] = "maskable_ppo"
-    scenarios: list[str] = Field(min_length=1, description="Training scenarios (names or paths), mixed per episode.")
+    scenarios: list[str] = Field(
+        default_factory=list, description="Training scenarios (names or paths), mixed per episode; or a family."
+    )
+    family: FamilyConfig | None = None
+    """Train on a scenario family instead of listed scenarios (needs ``layout.kind: set``)."""
     eval_scenarios: list[str] = Field(default_factory=list, description="Held-back scenarios (default: scenarios).")
     eval_seeds: list[Annotated[int, Field(ge=TRAIN_SEED_LIMIT)]] = [1000, 1001, 1002]
     baselines: list[str] = Field(default_factory=list, description="Policy specs to beat (evaluated alongside).")
@@ -220,6 +271,9 @@ class ExperimentConfig(_Strict):
     layout: LayoutConfig = LayoutConfig()
     normalize_observations: bool = True
     normalize_rewards: bool = True
+    reward_scale: Literal["none", "offered"] = "none"
+    """``layout.kind: set`` only: ``offered`` divides each interval's reward by the episode's weighted arrivals per
+    interval, so scenarios of every size weigh alike (:data:`env.set_env.RewardScale`)."""
     hyperparameters: Hyperparameters = Hyperparameters()
     pretrain: PretrainConfig | None = None
     eval_every_steps: Annotated[int, Field(ge=0)] = 0
@@ -242,6 +296,25 @@ class ExperimentConfig(_Strict):
         shared = sorted(set(self.validation_seeds) & set(self.pretrain.seeds if self.pretrain else ()))
         if shared:
             raise ValueError(f"validation_seeds {shared} are also pretrain.seeds (validation must be unseen)")
+        return self
+
+    @model_validator(mode="after")
+    def _one_training_source(self) -> ExperimentConfig:
+        if self.family is None and not self.scenarios:
+            raise ValueError("scenarios: name at least one training scenario, or a family")
+        if self.family is not None and self.scenarios:
+            raise ValueError("scenarios: leave empty when training on a family (one source of episodes)")
+        if self.family is not None and self.layout.kind != "set":
+            raise ValueError("family: training on a family needs layout.kind: set (any layout, one policy)")
+        if self.layout.kind == "set" and self.normalize_observations:
+            raise ValueError(
+                "normalize_observations: must be false with layout.kind: set (its features are normalised by"
+                " construction; running statistics per slot would break the permutation invariance)"
+            )
+        if self.layout.kind != "set" and self.reward_scale != "none":
+            raise ValueError("reward_scale: offered needs layout.kind: set")
+        if self.layout.kind == "set" and self.pretrain is not None:
+            raise ValueError("pretrain: imitation warm starts are not implemented for layout.kind: set yet")
         return self
 
     @model_validator(mode="after")

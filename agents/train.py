@@ -7,6 +7,9 @@ experiment's ``eval_seeds`` (≥ 1000, never a training seed).
 1. **Envs** — ``n_envs`` copies of :class:`env.gym_env.PDClusterEnv` in subprocesses, each wrapped in
    :class:`ScenarioMix` (one training scenario drawn per episode, so one policy serves many scenarios), under
    ``VecNormalize`` (observation statistics travel with the exported artifact; reward normalisation is training-only).
+   With ``layout.kind: set`` the envs are :class:`env.set_env.SetPolicyEnv` (a fresh scenario of a family's
+   training split per episode, relative observations, no observation statistics) and the policy is the set
+   network (:mod:`agents.set_training`).
 2. **Algorithm** — sb3-contrib ``MaskablePPO`` (the env's ``action_masks()`` are the guard's refusals), logging to
    MLflow through :class:`agents.tracking.MlflowWriter`.
 3. **Learn** — with :class:`EvalCheckpointCallback` (periodic export + held-out evaluation through the very
@@ -59,6 +62,7 @@ from agents.registry import (
     register_policy,
     training_evidence,
 )
+from agents.set_training import export_set, held_out_paths, set_env_factories, set_policy_args
 from agents.tracking import MlflowWriter, provenance_tags, run_name
 from env.gym_env import PDClusterEnv
 from policies.features import ObservationLayout
@@ -102,9 +106,12 @@ def _env_factory(scenarios: Sequence[str], layout: ObservationLayout, rank: int,
 
 def make_vec_env(config: ExperimentConfig) -> VecNormalize:
     """The training envs (subprocesses unless ``vec_env: dummy``) under observation/reward normalisation."""
-    layout = config.layout.to_layout()
-    scenarios = [str(p) for p in scenario_paths(config.scenarios)]
-    factories = [_env_factory(scenarios, layout, rank, config.seed) for rank in range(config.n_envs)]
+    if config.layout.kind == "set":  # a generated scenario (or a listed one) per episode, relative features
+        factories = set_env_factories(config)
+    else:
+        layout = config.layout.to_layout()
+        scenarios = [str(p) for p in scenario_paths(config.scenarios)]
+        factories = [_env_factory(scenarios, layout, rank, config.seed) for rank in range(config.n_envs)]
     venv: VecEnv
     if config.vec_env == "subprocess" and config.n_envs > 1:
         venv = SubprocVecEnv(factories, start_method="spawn")
@@ -140,6 +147,8 @@ def evaluate_policies(
 
 
 def _export(model: MaskablePPO, venv: VecNormalize, out: Path, config: ExperimentConfig, run_id: str | None) -> Path:
+    if config.layout.kind == "set":
+        return export_set(model, out, config, run_id)
     layout = config.layout.to_layout()
     tenants = [t.name for t in venv.get_attr("tenants", [0])[0]]
     groups = [g.name for g in venv.get_attr("groups", [0])[0]]
@@ -382,7 +391,7 @@ def train(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     layout = config.layout.to_layout()
-    held_out = scenario_paths(config.held_out_scenarios)
+    held_out = held_out_paths(config, out)  # a family's validation split (never its test split), else the files
 
     uri = default_tracking_uri(tracking_uri)
     mlflow.set_tracking_uri(uri)
@@ -393,14 +402,16 @@ def train(
         experiment_id=experiment_id, run_name=run_name(config.name, config.algorithm, config.seed)
     ) as run:
         run_id = run.info.run_id
-        mlflow.set_tags(provenance_tags(layout, {"pdctl.experiment": config.name}))
+        mlflow.set_tags(
+            provenance_tags(layout, {"pdctl.experiment": config.name, "pdctl.layout_kind": config.layout.kind})
+        )
         mlflow.log_params(
             {
                 "algorithm": config.algorithm,
                 "total_timesteps": config.total_timesteps,
                 "n_envs": config.n_envs,
                 "seed": config.seed,
-                "scenarios": ",".join(config.scenarios),
+                "scenarios": ",".join(config.scenarios) or f"family:{config.family.path if config.family else ''}",
                 **{f"hp.{k}": v for k, v in config.hyperparameters.model_dump().items()},
             }
         )
@@ -411,8 +422,12 @@ def train(
         # 2. algorithm
         hp = config.hyperparameters
         activation = torch.nn.Tanh if hp.activation == "tanh" else torch.nn.ReLU
+        policy: Any = "MlpPolicy"
+        policy_kwargs: dict[str, Any] = {"net_arch": list(hp.net_arch), "activation_fn": activation}
+        if config.layout.kind == "set":
+            policy, policy_kwargs = set_policy_args(config)
         model = MaskablePPO(
-            "MlpPolicy",
+            policy,
             venv,
             learning_rate=hp.learning_rate,
             n_steps=hp.n_steps,
@@ -424,7 +439,7 @@ def train(
             ent_coef=hp.ent_coef,
             vf_coef=hp.vf_coef,
             max_grad_norm=hp.max_grad_norm,
-            policy_kwargs={"net_arch": list(hp.net_arch), "activation_fn": activation},
+            policy_kwargs=policy_kwargs,
             seed=config.seed,
             device="cpu",
             verbose=0,

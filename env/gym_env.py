@@ -401,6 +401,19 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
             raise RuntimeError("call reset() first")
         return self._observation
 
+    def offered_weighted_rps(self) -> float:
+        """Σ priority × arrivals / duration of the running episode's workload (req/s).
+
+        The weighted goodput if every request met its objectives: the episode's ceiling, whose scale grows with
+        the cluster.
+        """
+        workloads = self._workload(self._episode_seed)
+        duration_s = self.scenario.duration_s
+        weighted = sum(
+            t.priority * int(np.count_nonzero(workloads[t.name].arrival_s < duration_s)) for t in self.tenants
+        )
+        return weighted / duration_s
+
     def current_pools(self) -> dict[str, PoolTargets]:
         """Per group the instances serving or on their way to a role (starting, switching): the running targets."""
         out: dict[str, PoolTargets] = {}

@@ -30,7 +30,15 @@ from policies.base import PolicyContext
 from policies.features import Observation, ObservationLayout, PoolActions, feature_table_hash
 from policies.schema import SCHEMA_VERSION, ControlAction
 
-__all__ = ["MANIFEST_NAME", "WEIGHTS_NAME", "LearnedPolicy", "Manifest", "ObsNormalisation", "PolicyLoadError"]
+__all__ = [
+    "MANIFEST_NAME",
+    "WEIGHTS_NAME",
+    "LearnedPolicy",
+    "Manifest",
+    "ObsNormalisation",
+    "PolicyLoadError",
+    "read_weights",
+]
 
 MANIFEST_NAME = "manifest.json"
 WEIGHTS_NAME = "weights.safetensors"
@@ -128,7 +136,7 @@ class LearnedPolicy:
         root = Path(path)
         manifest = _read_manifest(root / MANIFEST_NAME)
         _check_compatible(manifest, root / MANIFEST_NAME)
-        tensors = _read_weights(root / WEIGHTS_NAME)
+        tensors = read_weights(root / WEIGHTS_NAME)
         network = _network_from(tensors, manifest, root / WEIGHTS_NAME)
         return cls(manifest=manifest, network=network, source=str(root))
 
@@ -194,7 +202,8 @@ def _check_compatible(manifest: Manifest, path: Path) -> None:
             )
 
 
-def _read_weights(path: Path) -> dict[str, np.ndarray]:
+def read_weights(path: Path) -> dict[str, np.ndarray]:
+    """The tensors of a safetensors file (never unpickles); refuses a missing or malformed file in one line."""
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 

@@ -6,7 +6,8 @@ Core kinds:
 * ``baseline:NAME`` — the explicit :data:`BASELINES` table (name → factory: ``queue_kv`` of
   :mod:`policies.rules` and every baseline of :mod:`policies.baselines`); a name not in it is refused with the
   list of known names;
-* ``learned:PATH`` — an exported artifact (:class:`policies.learned.LearnedPolicy`);
+* ``learned:PATH`` — an exported artifact (:class:`policies.learned.LearnedPolicy`, or
+  :class:`policies.set_policy.SetPolicy` when its manifest says ``pdctl-set-policy``);
 * ``registry:models:/NAME@ALIAS`` (or ``/NAME/VERSION``) — needs a *resolver* from the caller (the registry
   client lives outside the pure core) that turns the URI into a local directory holding either a learned
   artifact or a ``policy.yaml``;
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from policies import baselines as _baselines
+from policies.artifacts import load_learned
 from policies.base import Policy, PolicyContext
 from policies.features import Observation, ObservationLayout
 from policies.learned import LearnedPolicy, PolicyLoadError
@@ -237,7 +239,7 @@ def load_artifact_dir(path: Path, spec: str) -> Policy:
     try:
         if policy_file.is_file():
             return FilePolicy(resolve_policy(load_policy_file(policy_file), str(policy_file)), spec)
-        return _Labelled(LearnedPolicy.load(path), spec)
+        return _Labelled(load_learned(path), spec)
     except (PolicyFileError, PolicyLoadError) as exc:
         raise PolicySpecError(f"policy spec {spec!r}: {str(exc).splitlines()[0]}") from None
 

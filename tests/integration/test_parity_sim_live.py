@@ -24,7 +24,8 @@ from livestack.loadgen import LoadOptions, replay, requests_from_scenario, summa
 from policies.policy_file import load_policy_text, resolve_policy
 from tests.router.cluster import live_cluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
+# Not marked slow: issue 19 asks for the three parity tests in CI's default run (about 60-90 s on 2 cores).
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 TIME_SCALE = 5.0
 """Slower than the fidelity test's 3: the router's per-request HTTP cost (~10 ms wall on a loaded 2-core machine)

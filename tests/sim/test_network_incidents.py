@@ -299,11 +299,6 @@ def _eval_row(policy: str, scenario_name: str, seed: int) -> dict[str, str]:
     raise AssertionError(f"{path}: no ALL row for {policy} on {scenario_name}, seed {seed}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 19: the simulator now places and builds live state with policies.placement (the router's rules), "
-    "which changes its dynamics; experiments/results/learned/eval predates that and must be re-run",
-)
 def test_a_scenario_without_incidents_reproduces_the_committed_evaluation() -> None:
     from agents.evaluate import RunSpec, run_one
 
