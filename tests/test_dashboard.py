@@ -34,7 +34,7 @@ _FUNCTIONS_AND_KEYWORDS = {
 def exported_metric_names() -> set[str]:
     """Sample names the router, the controller and the emulated vLLM instances export."""
     from controller.telemetry import Telemetry
-    from env.emulator.metrics import VllmMetrics
+    from livestack.emulator.metrics import VllmMetrics
     from router.telemetry import RouterMetrics
 
     registries = []

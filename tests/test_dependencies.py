@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("policies", "env", "agents", "router", "controller", "pdctl")
+PACKAGES = ("policies", "env", "livestack", "agents", "router", "controller", "pdctl")
 TEST_TREES = ("tests", "benchmarks")
 # Imported only inside a function of a feature that names its extra in its error message.
 OPTIONAL_EXTRAS = {"ray": "ray"}

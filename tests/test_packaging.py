@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP_LEVEL = ("policies", "env", "agents", "router", "controller", "pdctl")
+TOP_LEVEL = ("policies", "env", "livestack", "agents", "router", "controller", "pdctl")
 
 
 def test_every_package_is_tracked_by_git() -> None:

@@ -29,12 +29,12 @@ import yaml
 
 from agents.runs import scale_rates
 from env.perf.profile import OperatorProfile, ProfileError, load_operator_profile
-from env.profiling.fit import fit_workload
-from env.profiling.sources import detect_source_kind, load_records
 from env.scenario import ClusterConfig, Scenario, ScenarioError, SloConfig, TenantConfig, load_scenario
 from env.sim.simulator import kv_capacity_tokens
 from env.workloads.config import WorkloadConfig, parse_workload_config
 from env.workloads.errors import WorkloadError
+from livestack.profiling.fit import fit_workload
+from livestack.profiling.sources import detect_source_kind, load_records
 from policies.route_levels import AGGREGATED, ALWAYS_REMOTE, level_min_remote_tokens, remote_level, route_thresholds
 from policies.schema import RoutingThresholds
 
@@ -188,7 +188,7 @@ def load_plan_scenario(
 
     ``source`` is a scenario YAML (its cluster and tenants; groups are merged into one), a fitted-workload file
     of ``pdctl profile --emit-workload`` (tenant → workload), an Azure CSV, a Mooncake JSONL, a router JSONL log
-    (fitted with :func:`env.profiling.fit.fit_workload`) or a ServeGen folder. A trace is replayed from its
+    (fitted with :func:`livestack.profiling.fit.fit_workload`) or a ServeGen folder. A trace is replayed from its
     start, compressed by the rate multiplier ``m`` (a probe of ``horizon_s`` covers ``m × horizon_s`` seconds of
     the trace, repeated when the trace is shorter), so probes near capacity see a broad part of it. ``slo``
     replaces every tenant's objectives (required when the source carries none).

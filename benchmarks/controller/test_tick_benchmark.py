@@ -37,7 +37,7 @@ from controller.sources.scrape import ScrapeReader
 from controller.sources.source import MetricSource
 from controller.sources.window import WindowBuilder
 from controller.telemetry import Telemetry
-from env.emulator.metrics import VllmMetrics
+from livestack.emulator.metrics import VllmMetrics
 from router.telemetry import RequestRecord, RouterMetrics
 
 pytestmark = [pytest.mark.benchmark]

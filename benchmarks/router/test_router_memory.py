@@ -25,8 +25,8 @@ import pytest
 import yaml
 from harness import figure, write_fragment
 
-from env.emulator import EmulatorHost, InstanceSpec
 from env.scenario import ClusterConfig
+from livestack.emulator import EmulatorHost, InstanceSpec
 
 REPO = Path(__file__).resolve().parents[2]
 COMMAND = "PYTHONHASHSEED=0 python -m pytest benchmarks/router/test_router_memory.py -m benchmark -q -s -p no:randomly"

@@ -43,8 +43,8 @@ import pytest
 import yaml
 from harness import figure, write_fragment
 
-from env.emulator import EmulatorHost, InstanceSpec
 from env.scenario import ClusterConfig
+from livestack.emulator import EmulatorHost, InstanceSpec
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "benchmarks" / "results" / "router.md"

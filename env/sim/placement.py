@@ -14,12 +14,15 @@ bookkeeping, at the last completed step boundary (:meth:`env.sim.simulator.Clust
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from env.sim.simulator import ClusterSimulator, SimInstance
+from env.sim.instances import SimInstance
 
 __all__ = ["SimInstanceView", "decode_view", "prefill_view"]
+
+
+class _Observer(Protocol):
+    def view(self, inst: SimInstance) -> tuple[int, int]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +38,7 @@ class SimInstanceView:
     max_num_batched_tokens: int
 
 
-def decode_view(sim: ClusterSimulator, inst: SimInstance) -> SimInstanceView:
+def decode_view(sim: _Observer, inst: SimInstance) -> SimInstanceView:
     """A decode (or aggregated) instance as placement reads it now."""
     running, kv_tokens = sim.view(inst)
     engine = inst.engine

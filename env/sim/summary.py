@@ -10,13 +10,13 @@ from env.sim.records import SimRequest
 from env.sim.simulator import ClusterSimulator
 from policies.scoring import count_slo_met, quantiles, slo_attainment_frac
 
-__all__ = ["SimulationSummary", "TenantSummary", "summarize"]
+__all__ = ["SimTenantSummary", "SimulationSummary", "summarize"]
 
 _QUANTILES = (0.5, 0.95, 0.99)
 
 
 @dataclass(frozen=True, slots=True)
-class TenantSummary:
+class SimTenantSummary:
     """One tenant's results over the whole run.
 
     Quantiles are exact, over finished requests (TPOT over those with more than one output token). SLO scores
@@ -58,7 +58,7 @@ class SimulationSummary:
     transfer_bytes: float
     num_transfers: int
     transfer_failures: int
-    tenants: list[TenantSummary]
+    tenants: list[SimTenantSummary]
 
     @property
     def requests_per_wall_s(self) -> float:
@@ -83,7 +83,7 @@ def summarize(
 ) -> SimulationSummary:
     """Summarise a finished (or stopped) run; goodput is per second of ``horizon_s`` (default: simulated time)."""
     horizon = horizon_s if horizon_s > 0 else max(sim.now_s, 1e-9)
-    tenants: list[TenantSummary] = []
+    tenants: list[SimTenantSummary] = []
     for ti, name in enumerate(sim.tenant_names):
         finished: list[SimRequest] = sim.finished[ti]
         arrived = sim.arrived[ti]
@@ -95,7 +95,7 @@ def summarize(
         met = count_slo_met(ttft, tpot_all, sim.slo_ttft_s[ti], sim.slo_tpot_s[ti])
         ttft_q, tpot_q = quantiles(ttft, _QUANTILES), quantiles(tpot, _QUANTILES)
         tenants.append(
-            TenantSummary(
+            SimTenantSummary(
                 tenant=name,
                 arrived=len(arrived),
                 finished=len(finished),

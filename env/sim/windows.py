@@ -1,5 +1,8 @@
 """Observations of a running :class:`~env.sim.simulator.ClusterSimulator`: metric windows, vLLM metrics, records.
 
+The functions read the simulator through :class:`ObservedCluster`, a read-only view of the few attributes they need
+(the simulator's :mod:`env.sim.snapshots` part passes itself), so this module does not import the simulator.
+
 :meth:`ClusterSimulator.snapshot` builds a :class:`~policies.schema.MetricWindow` from :func:`tenant_window` (exact
 quantiles over the requests finished in the window; ``None`` where there is no data) and :func:`group_window`
 (gauges at window end as an observer sees them, transfer statistics, prefix-cache hit fraction from counter deltas).
@@ -12,25 +15,66 @@ attainment of a whole run (:mod:`env.sim.summary`, :mod:`agents.evaluate`) is ov
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import MutableMapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
+from env.sim.instances import GroupState, SimInstance
 from env.sim.records import STAGES, SimRequest
+from env.sim.telemetry import Histogram
 from policies.schema import GroupWindow, TenantWindow
 from policies.scoring import count_slo_met, quantile, quantiles
 
-if TYPE_CHECKING:
-    from env.sim.simulator import ClusterSimulator
-
-__all__ = ["group_window", "instance_metrics", "stage_records", "tenant_window"]
+__all__ = ["ObservedCluster", "group_window", "instance_metrics", "stage_records", "tenant_window"]
 
 _QUANTILES = (0.5, 0.95, 0.99)
 
 
+class ObservedCluster(Protocol):
+    """What the windows read of a running simulator (read-only; :class:`~env.sim.simulator.ClusterSimulator`)."""
+
+    @property
+    def slo_ttft_s(self) -> Sequence[float]:
+        """Per tenant index: the TTFT objective."""
+
+    @property
+    def slo_tpot_s(self) -> Sequence[float]:
+        """Per tenant index: the TPOT objective."""
+
+    @property
+    def groups(self) -> Sequence[GroupState]:
+        """The tenant groups, by group index."""
+
+    @property
+    def instances(self) -> Sequence[SimInstance]:
+        """Every instance ever created, by instance index."""
+
+    @property
+    def finished(self) -> Sequence[Sequence[SimRequest]]:
+        """Per tenant index: the requests finished so far, in order of completion."""
+
+    @property
+    def xfer_time_hist(self) -> Histogram:
+        """Durations of the successful KV transfers."""
+
+    @property
+    def xfer_bytes_hist(self) -> Histogram:
+        """Sizes of the successful KV transfers."""
+
+    @property
+    def transfer_failures(self) -> int:
+        """KV transfers that failed or timed out."""
+
+    def pool_counts(self, group: int) -> dict[str, int]:
+        """Active and pending instance counts of a group."""
+
+    def view(self, inst: SimInstance) -> tuple[int, int]:
+        """``(running requests, KV tokens used)`` of an instance as an observer sees them now."""
+
+
 def tenant_window(
-    sim: ClusterSimulator, tenant: int, arrived: Sequence[SimRequest], finished: Sequence[SimRequest], window_s: float
+    sim: ObservedCluster, tenant: int, arrived: Sequence[SimRequest], finished: Sequence[SimRequest], window_s: float
 ) -> TenantWindow:
     """One tenant's window from the requests that arrived and finished in it (exact quantiles)."""
     if not arrived and not finished:
@@ -59,8 +103,17 @@ def tenant_window(
     return TenantWindow(**out)
 
 
-def group_window(sim: ClusterSimulator, group_index: int, log: Sequence[tuple[float, float, bool]]) -> GroupWindow:
-    """One tenant group's window: pools, gauges now, and the transfers ``log`` of the window."""
+def group_window(
+    sim: ObservedCluster,
+    group_index: int,
+    log: Sequence[tuple[float, float, bool]],
+    counter_marks: MutableMapping[int, tuple[int, int]],
+) -> GroupWindow:
+    """One tenant group's window: pools, gauges now, and the transfers ``log`` of the window.
+
+    ``counter_marks`` holds each engine's prefix-cache counters at the previous window's end (by ``id`` of the
+    counters); the hit fraction is over their increase, and the marks move to now.
+    """
     group = sim.groups[group_index]
     counts = sim.pool_counts(group_index)
     prefill, decode = group.prefill, group.decode
@@ -90,10 +143,10 @@ def group_window(sim: ClusterSimulator, group_index: int, log: Sequence[tuple[fl
     queries = hits = 0
     for inst in group.instances:
         c = inst.engine.counters
-        before = sim.window_counters.get(id(c), (0, 0))
+        before = counter_marks.get(id(c), (0, 0))
         queries += c.prefix_cache_queries - before[0]
         hits += c.prefix_cache_hits - before[1]
-        sim.window_counters[id(c)] = (c.prefix_cache_queries, c.prefix_cache_hits)
+        counter_marks[id(c)] = (c.prefix_cache_queries, c.prefix_cache_hits)
     if queries > 0:
         out["prefix_cache_hit_frac"] = hits / queries
     return GroupWindow(
@@ -105,7 +158,7 @@ def group_window(sim: ClusterSimulator, group_index: int, log: Sequence[tuple[fl
     )
 
 
-def instance_metrics(sim: ClusterSimulator) -> dict[str, dict[str, Any]]:
+def instance_metrics(sim: ObservedCluster) -> dict[str, dict[str, Any]]:
     """Per instance: vLLM-named counters, gauges and histograms (per-request ones from the records)."""
     out: dict[str, dict[str, Any]] = {}
     for inst in sim.instances:
@@ -123,7 +176,7 @@ def instance_metrics(sim: ClusterSimulator) -> dict[str, dict[str, Any]]:
     return out
 
 
-def stage_records(sim: ClusterSimulator) -> dict[str, np.ndarray]:
+def stage_records(sim: ObservedCluster) -> dict[str, np.ndarray]:
     """Columns of every finished request: tenant index, route (1 = remote), TTFT, TPOT and the stages."""
     finished = [r for per in sim.finished for r in per]
     finished.sort(key=lambda r: r.index)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from env.emulator.cli import main as emulator_main
+from livestack.emulator.cli import main as emulator_main
 
 __all__ = ["register"]
 
 
 def register(app: typer.Typer, name: str, help_text: str) -> None:
-    """Add the ``emulate`` command; its options are parsed by :mod:`env.emulator.cli`."""
+    """Add the ``emulate`` command; its options are parsed by :mod:`livestack.emulator.cli`."""
 
     @app.command(
         name=name,

@@ -11,10 +11,10 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from env.loadgen import LoadOptions, TenantSummary, replay, requests_from_scenario, requests_from_workload
-from env.loadgen.report import summarize, write_csv, write_json
 from env.scenario import ScenarioError, load_scenario
 from env.workloads import RequestSpec, WorkloadError, parse_workload_config, resolve_paths
+from livestack.loadgen import ClientTenantStats, LoadOptions, replay, requests_from_scenario, requests_from_workload
+from livestack.loadgen.report import summarize, write_csv, write_json
 
 __all__ = ["register"]
 
@@ -25,7 +25,7 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.1f}"
 
 
-def _table(summaries: list[TenantSummary], time_scale: float) -> Table:
+def _table(summaries: list[ClientTenantStats], time_scale: float) -> Table:
     unit = "ms" if time_scale == 1.0 else "emulated ms"
     table = Table(title=f"Client-side latency ({unit})")
     for column in ("tenant", "requests", "ok", "errors", "out tok", "TTFT p50", "TTFT p95", "TTFT p99", "TPOT p50",

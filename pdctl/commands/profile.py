@@ -5,7 +5,7 @@ URL (with ``--start``/``--end``), or a scenario YAML (its tenants' workloads are
 seed, or ``--seed``, and profiled together, per tenant). Prints rich tables and the verdict; ``--json`` writes the
 profile as JSON (``-`` for stdout, then nothing else is printed); ``--out DIR`` writes PNG figures and
 ``profile.json``; ``--emit-workload FILE`` writes, per tenant, a synthetic workload fitted to the requests
-(:func:`env.profiling.fit.fit_workload`). Bad input prints one line naming the file (or URL) and the problem, and
+(:func:`livestack.profiling.fit.fit_workload`). Bad input prints one line naming the file (or URL) and the problem, and
 exits 2.
 """
 
@@ -22,12 +22,19 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from env.profiling import Decision, ProfileOptions, RequestRecords, WorkloadProfile, profile_records, profile_source
-from env.profiling.fit import fit_workload
-from env.profiling.profile import GroupStats, LatencyStats, LengthStats
-from env.profiling.sources import PER_REQUEST_KINDS, SourceKind, detect_source_kind, load_records
-from env.profiling.verdict import LONG_CONTEXT_THRESHOLD_TOKENS, SHORT_OUTPUT_MAX_TOKENS
 from env.workloads.errors import WorkloadError
+from livestack.profiling import (
+    Decision,
+    ProfileOptions,
+    RequestRecords,
+    WorkloadProfile,
+    profile_records,
+    profile_source,
+)
+from livestack.profiling.fit import fit_workload
+from livestack.profiling.profile import GroupStats, LatencyStats, LengthStats
+from livestack.profiling.sources import PER_REQUEST_KINDS, SourceKind, detect_source_kind, load_records
+from livestack.profiling.verdict import LONG_CONTEXT_THRESHOLD_TOKENS, SHORT_OUTPUT_MAX_TOKENS
 
 __all__ = ["EXIT_BAD_INPUT", "parse_time", "register"]
 
@@ -261,7 +268,7 @@ def _run(
             except OSError as exc:
                 raise _fail(f"{json_path}: cannot write ({exc.strerror or exc})") from None
     if out is not None:
-        from env.profiling.figures import write_figures
+        from livestack.profiling.figures import write_figures
 
         try:
             written = write_figures(profile, out)

@@ -30,7 +30,7 @@ __all__ = [
     "FALLBACK_POLICY_SPEC",
     "DemoInputError",
     "DemoOptions",
-    "Slo",
+    "RequestSloBounds",
     "controller_config",
     "prometheus_config",
     "rescale_scenario",
@@ -52,8 +52,12 @@ class DemoInputError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Slo:
-    """A tenant's objectives in emulated seconds (``None`` = no objective)."""
+class RequestSloBounds:
+    """A tenant's per-request TTFT/TPOT bounds in emulated seconds (``None`` = no objective).
+
+    The bounds a single request is scored against, derived from the tenant's quantile objectives
+    (:class:`policies.schema.Slo`) by :func:`tenant_slos`.
+    """
 
     ttft_s: float | None
     tpot_s: float | None
@@ -154,7 +158,7 @@ def scaled_policy_document(policy_file: Path, time_scale: float) -> dict[str, An
     return scaled
 
 
-def tenant_slos(scenario: Scenario, policy_file: Path) -> dict[str, Slo]:
+def tenant_slos(scenario: Scenario, policy_file: Path) -> dict[str, RequestSloBounds]:
     """Per scenario tenant, the per-request bounds the controller works to (the policy file's, else the scenario's).
 
     A request meets an objective when its TTFT (TPOT) is at most the tightest quantile objective set
@@ -164,12 +168,14 @@ def tenant_slos(scenario: Scenario, policy_file: Path) -> dict[str, Slo]:
         resolved = resolve_policy(load_policy_file(policy_file), str(policy_file))
     except PolicyFileError as exc:
         raise DemoInputError(f"policy file {policy_file}: {str(exc).splitlines()[0]}") from None
-    out: dict[str, Slo] = {}
+    out: dict[str, RequestSloBounds] = {}
     for tenant in scenario.tenants:
         policy = resolved.tenants.get(tenant.name)
         slo = policy.tenant.slo if policy is not None else tenant.slo.to_slo()
         ttft, tpot = slo.ttft_target_s(), slo.tpot_target_s()
-        out[tenant.name] = Slo(ttft if math.isfinite(ttft) else None, tpot if math.isfinite(tpot) else None)
+        out[tenant.name] = RequestSloBounds(
+            ttft if math.isfinite(ttft) else None, tpot if math.isfinite(tpot) else None
+        )
     return out
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdctl.demo.config import Slo
+from pdctl.demo.config import RequestSloBounds
 from pdctl.demo.processes import http_get
 from policies.scoring import meets_slo, quantile
 
@@ -42,7 +42,7 @@ class TenantView:
     num_finished: int
     ttft_p95_s: float | None
     tpot_p95_s: float | None
-    slo: Slo
+    slo: RequestSloBounds
     goodput_rps: float | None
     remote_frac: float | None
     num_fallbacks_total: int
@@ -164,7 +164,7 @@ class Monitor:
     request_log: Path
     audit_log: Path
     instance_urls: Mapping[str, str]
-    slos: Mapping[str, Slo]
+    slos: Mapping[str, RequestSloBounds]
     time_scale: float
     duration_s: float
     window_s: float = 20.0

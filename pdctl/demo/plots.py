@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from pdctl.demo.config import Slo
+from pdctl.demo.config import RequestSloBounds
 from pdctl.demo.runner import PhaseResult
 from policies.scoring import quantile
 
@@ -50,7 +50,7 @@ def _series(requests: Sequence[Mapping[str, Any]], tenant: str, key: str) -> tup
 def _over_time(
     plt: Any,
     requests: Mapping[str, Sequence[Mapping[str, Any]]],
-    slos: Mapping[str, Slo],
+    slos: Mapping[str, RequestSloBounds],
     key: str,
     label: str,
     window: tuple[float, float] | None,
@@ -107,7 +107,9 @@ def _pd_counts(plt: Any, phases: Sequence[PhaseResult], tenants: Sequence[str], 
     return path
 
 
-def _cdfs(plt: Any, requests: Mapping[str, Sequence[Mapping[str, Any]]], slos: Mapping[str, Slo], path: Path) -> Path:
+def _cdfs(
+    plt: Any, requests: Mapping[str, Sequence[Mapping[str, Any]]], slos: Mapping[str, RequestSloBounds], path: Path
+) -> Path:
     tenants = list(slos)
     fig, axes = plt.subplots(2, len(tenants), figsize=(5 * len(tenants), 7), squeeze=False)
     for col, tenant in enumerate(tenants):
@@ -134,7 +136,7 @@ def _cdfs(plt: Any, requests: Mapping[str, Sequence[Mapping[str, Any]]], slos: M
 def write_plots(
     phases: Sequence[PhaseResult],
     requests: Mapping[str, Sequence[Mapping[str, Any]]],
-    slos: Mapping[str, Slo],
+    slos: Mapping[str, RequestSloBounds],
     window: tuple[float, float] | None,
     out_dir: Path,
 ) -> list[Path]:

@@ -2,7 +2,7 @@
 
 Numbers come from the load generator's per-request results (what a client saw, emulated seconds), scored as
 :mod:`policies.scoring` defines it: a request meets its TTFT (TPOT) objective when its TTFT (mean TPOT) is at
-most the tenant's per-request bound (:class:`pdctl.demo.config.Slo`); a failed request meets neither; a
+most the tenant's per-request bound (:class:`pdctl.demo.config.RequestSloBounds`); a failed request meets neither; a
 one-token request has no TPOT and meets that objective. Attainment is over every request sent in the phase;
 goodput = requests meeting both objectives per second of load.
 
@@ -23,7 +23,7 @@ from rich.table import Table
 
 from env.scenario import Scenario
 from env.workloads.config import StepWorkload
-from pdctl.demo.config import DemoOptions, Slo
+from pdctl.demo.config import DemoOptions, RequestSloBounds
 from pdctl.demo.runner import PhaseResult
 from policies.scoring import meets_slo, quantile, slo_attainment_frac
 
@@ -70,7 +70,7 @@ def _num_met(
 
 
 def tenant_outcomes(
-    requests: Sequence[Mapping[str, Any]], slos: Mapping[str, Slo], duration_s: float
+    requests: Sequence[Mapping[str, Any]], slos: Mapping[str, RequestSloBounds], duration_s: float
 ) -> dict[str, TenantOutcome]:
     """Per-tenant attainment, goodput and percentiles of one phase."""
     out: dict[str, TenantOutcome] = {}
@@ -203,7 +203,7 @@ def build_report(
     *,
     phases: Sequence[PhaseResult],
     scenario: Scenario,
-    slos: Mapping[str, Slo],
+    slos: Mapping[str, RequestSloBounds],
     options: DemoOptions,
     policy: str,
     out_dir: Path,

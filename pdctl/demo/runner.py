@@ -28,7 +28,7 @@ from rich.live import Live
 from env.scenario import Scenario
 from pdctl.demo.config import (
     DemoOptions,
-    Slo,
+    RequestSloBounds,
     controller_config,
     instance_roles,
     prometheus_config,
@@ -99,7 +99,7 @@ def run_phase(
     policy: str,
     options: DemoOptions,
     scenario: Scenario,
-    slos: dict[str, Slo],
+    slos: dict[str, RequestSloBounds],
     directory: Path,
     console: Console,
     live: bool,

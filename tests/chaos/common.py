@@ -1,7 +1,7 @@
 """What a client sees under injected faults: every request ends ok, failed (cleanly) or lost.
 
 * **ok**: HTTP 200, the whole stream (``[DONE]``, no error event) and exactly the text the emulator generates
-  for that request id (:func:`env.emulator.tokenizer.output_token_text`): nothing dropped or corrupted;
+  for that request id (:func:`livestack.emulator.tokenizer.output_token_text`): nothing dropped or corrupted;
 * **failed**: the client was told, within the bound: an HTTP error status with a JSON error body, an SSE error
   event followed by ``[DONE]``, or a refused/closed connection;
 * **lost**: anything else: no answer within the bound (a hang), a 200 stream that ends without ``[DONE]`` and
@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from env.emulator.tokenizer import output_token_text, prompt_text
+from livestack.emulator.tokenizer import output_token_text, prompt_text
 
 REQUEST_BOUND_S = 30.0
 """No request may take longer than this (client side) in any chaos case: past it, it counts as lost."""

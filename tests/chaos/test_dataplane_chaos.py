@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import yaml
 
-from env.emulator import EmulatorHost, FaultConfig, InstanceSpec
-from env.emulator.faults import FaultInjector
 from env.scenario import ClusterConfig
+from livestack.emulator import EmulatorHost, FaultConfig, InstanceSpec
+from livestack.emulator.faults import FaultInjector
 from tests.chaos.common import REQUEST_BOUND_S, Tally, assert_records_match, body_for, load
 from tests.chaos.conftest import ChaosTable
 from tests.controller.harness import free_port

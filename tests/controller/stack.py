@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from env.emulator.tokenizer import prompt_text
+from livestack.emulator.tokenizer import prompt_text
 from tests.controller.harness import (
     ControllerProcess,
     PrometheusServer,

@@ -212,7 +212,7 @@ def reference_parse(text: str, extra: dict[str, str]) -> dict[str, dict[frozense
 
 
 def test_fast_parser_equals_prometheus_client_on_real_expositions() -> None:
-    from env.emulator.metrics import VllmMetrics
+    from livestack.emulator.metrics import VllmMetrics
     from router.telemetry import RequestRecord, RouterMetrics
 
     registry = CollectorRegistry()

@@ -15,7 +15,7 @@ from pdctl.demo.config import (
     DEFAULT_SCENARIO,
     DemoInputError,
     DemoOptions,
-    Slo,
+    RequestSloBounds,
     controller_config,
     load_demo_scenario,
     rescale_scenario,
@@ -44,7 +44,7 @@ def test_demo_scenario_tenants_have_the_policy_files_objectives() -> None:
     assert scenario.seed == 3
     assert scenario.duration_s == 60
     slos = tenant_slos(scenario, DEFAULT_POLICY_FILE)
-    assert slos == {"chatbot": Slo(0.5, 0.05), "rag": Slo(3.0, 0.08)}
+    assert slos == {"chatbot": RequestSloBounds(0.5, 0.05), "rag": RequestSloBounds(3.0, 0.08)}
     by_name = {t.name: t for t in scenario.tenants}
     assert by_name["chatbot"].slo.ttft_p95_s == 0.5
     assert by_name["rag"].slo.ttft_p95_s == 3.0
@@ -86,7 +86,7 @@ def _req(tenant: str, ttft: float | None, tpot: float | None, status: int = 200,
 
 
 def test_attainment_counts_failures_as_misses_and_one_token_requests_as_tpot_met() -> None:
-    slos = {"rag": Slo(3.0, 0.08), "chat": Slo(0.5, 0.05)}
+    slos = {"rag": RequestSloBounds(3.0, 0.08), "chat": RequestSloBounds(0.5, 0.05)}
     requests = [
         _req("rag", 1.0, 0.01),
         _req("rag", 4.0, 0.01),
@@ -152,8 +152,8 @@ def test_dashboard_frame_and_plain_line_show_the_state() -> None:
         t_s=42.0,
         duration_s=120.0,
         tenants=[
-            TenantView("chatbot", 50, 0.092, 0.013, Slo(0.5, 0.05), 2.5, 0.0, 0, 0, 2048),
-            TenantView("rag", 115, 6.708, 0.014, Slo(3.0, 0.08), 3.3, 0.89, 2, 0, 364),
+            TenantView("chatbot", 50, 0.092, 0.013, RequestSloBounds(0.5, 0.05), 2.5, 0.0, 0, 0, 2048),
+            TenantView("rag", 115, 6.708, 0.014, RequestSloBounds(3.0, 0.08), 3.3, 0.89, 2, 0, 364),
         ],
         num_prefill=4,
         num_decode=4,

@@ -3,7 +3,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from env.emulator.metrics import BUCKETS_ITL, BUCKETS_LAT, BUCKETS_TTFT, VllmMetrics, buckets_125
+from livestack.emulator.metrics import BUCKETS_ITL, BUCKETS_LAT, BUCKETS_TTFT, VllmMetrics, buckets_125
 
 # name -> type, from reference/vllm-interface.md §5.3-5.4 (family names as the parser reports them)
 EXPECTED = {

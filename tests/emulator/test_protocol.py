@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from env.emulator.protocol import ApiError, parse_request, sse_chunk, sse_done, sse_error, sse_usage_chunk
-from env.emulator.tokenizer import CHARS_PER_TOKEN, count_tokens, output_token_text, prompt_text, token_ids
+from livestack.emulator.protocol import ApiError, parse_request, sse_chunk, sse_done, sse_error, sse_usage_chunk
+from livestack.emulator.tokenizer import CHARS_PER_TOKEN, count_tokens, output_token_text, prompt_text, token_ids
 
 MODEL = "m"
 

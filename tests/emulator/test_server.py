@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from env.emulator import EmulatorHost, FaultConfig, InstanceSpec
-from env.emulator.engine import build_engine
-from env.emulator.tokenizer import output_token_text, prompt_text
 from env.scenario import ClusterConfig
+from livestack.emulator import EmulatorHost, FaultConfig, InstanceSpec
+from livestack.emulator.engine import build_engine
+from livestack.emulator.tokenizer import output_token_text, prompt_text
 from tests.router.cluster import parse_sse
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from env.emulator.engine import TransferModel
 from env.scenario import NetworkConfig
+from livestack.emulator.engine import TransferModel
 
 BYTES_PER_TOKEN = 1_000_000  # 1 MB a token: 1000 tokens are 1 GB
 

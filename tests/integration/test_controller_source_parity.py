@@ -20,7 +20,7 @@ from controller.sources.prometheus import PrometheusReader
 from controller.sources.scrape import ScrapeReader
 from controller.sources.source import MetricSource
 from controller.sources.window import WindowBuilder
-from env.emulator.tokenizer import prompt_text
+from livestack.emulator.tokenizer import prompt_text
 from router.telemetry import _TPOT_BUCKETS, _TTFT_BUCKETS
 from tests.controller.harness import prometheus, wait_until
 from tests.controller.stack import POLICY

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from env.emulator.tokenizer import prompt_text
+from livestack.emulator.tokenizer import prompt_text
 from tests.router.cluster import LiveCluster, live_cluster, parse_sse, stream_request
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

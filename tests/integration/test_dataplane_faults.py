@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from env.emulator import FaultConfig
-from env.emulator.tokenizer import output_token_text, prompt_text
+from livestack.emulator import FaultConfig
+from livestack.emulator.tokenizer import output_token_text, prompt_text
 from tests.router.cluster import emulator_process, live_cluster, stream_request
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from env.emulator.tokenizer import output_token_text, prompt_text
+from livestack.emulator.tokenizer import output_token_text, prompt_text
 from tests.router.cluster import StreamResult, live_cluster, stream_request
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

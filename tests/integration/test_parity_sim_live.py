@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from env.loadgen import LoadOptions, replay, requests_from_scenario, summarize
 from env.scenario import load_scenario
 from env.sim.build import build_simulator
 from env.sim.summary import summarize as summarize_sim
+from livestack.loadgen import LoadOptions, replay, requests_from_scenario, summarize
 from policies.policy_file import load_policy_text, resolve_policy
 from tests.router.cluster import live_cluster
 

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def emulator_url() -> Iterator[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "env.emulator", "--prefill", "0", "--decode", "1", "--base-port", "0",
+        [sys.executable, "-m", "livestack.emulator", "--prefill", "0", "--decode", "1", "--base-port", "0",
          "--time-scale", "0.2", "--duration-s", "60"],
         stdout=subprocess.PIPE, cwd=REPO, text=True,
     )  # fmt: skip

@@ -5,11 +5,19 @@ from pathlib import Path
 
 import pytest
 
-from env.emulator import EmulatorHost, InstanceSpec
-from env.loadgen import LoadOptions, RequestResult, replay, requests_from_scenario, summarize, write_csv, write_json
 from env.scenario import ClusterConfig, load_scenario
 from env.sim.build import generate_workloads
 from env.workloads import RequestSpec
+from livestack.emulator import EmulatorHost, InstanceSpec
+from livestack.loadgen import (
+    LoadOptions,
+    RequestResult,
+    replay,
+    requests_from_scenario,
+    summarize,
+    write_csv,
+    write_json,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,10 +7,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from env.profiling import RequestRecords, profile_records
-from env.profiling.fit import fit_lengths, fit_workload
 from env.workloads import generate_columns, parse_workload_config
 from env.workloads.config import FixedLength, GammaWorkload, LognormalLength, PoissonWorkload
+from livestack.profiling import RequestRecords, profile_records
+from livestack.profiling.fit import fit_lengths, fit_workload
 from pdctl.cli import app
 from tests.workloads import readme_stats as readme
 

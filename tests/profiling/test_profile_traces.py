@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from env.profiling import Decision, ProfileOptions, WorkloadProfile, profile_source
+from livestack.profiling import Decision, ProfileOptions, WorkloadProfile, profile_source
 from tests.workloads import readme_stats as readme
 from tests.workloads.readme_stats import TraceStats, within_rounding
 
@@ -118,8 +118,8 @@ def test_servegen_profile_matches_readme(traces_dir: Path) -> None:
 
 
 def test_profile_of_generated_stream_matches_its_arrays(traces_dir: Path) -> None:
-    from env.profiling import RequestRecords, profile_records
     from env.workloads import generate_requests, parse_workload_config
+    from livestack.profiling import RequestRecords, profile_records
 
     config = parse_workload_config(
         {"kind": "trace_mooncake", "path": str(traces_dir / readme.MOONCAKE_SYNTHETIC.file), "rate_scale": 2}

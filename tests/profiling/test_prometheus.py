@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from env.profiling.prometheus import PrometheusSourceError, bucket_distribution, profile_prometheus
+from livestack.profiling.prometheus import PrometheusSourceError, bucket_distribution, profile_prometheus
 
 # cumulative bucket counts per histogram (le → count) and sums
 HISTOGRAMS = {

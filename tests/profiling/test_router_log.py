@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from env.profiling import profile_records, profile_source
-from env.profiling.router_log import load_router_log
 from env.workloads.errors import TraceFormatError
+from livestack.profiling import profile_records, profile_source
+from livestack.profiling.router_log import load_router_log
 
 
 def _record(i: int, tenant: str, route: str, input_tokens: int, **extra: object) -> dict[str, object]:

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from env.profiling.arrivals import arrival_stats, rate_curve_stats
-from env.profiling.distributions import BucketDistribution, SampleDistribution, log2_edges
-from env.profiling.prefix import leading_hit_tokens, prefix_reuse_from_hashes, prefix_reuse_from_hits
+from livestack.profiling.arrivals import arrival_stats, rate_curve_stats
+from livestack.profiling.distributions import BucketDistribution, SampleDistribution, log2_edges
+from livestack.profiling.prefix import leading_hit_tokens, prefix_reuse_from_hashes, prefix_reuse_from_hits
 
 
 def test_weighted_quantiles_equal_expanded_sample() -> None:
@@ -119,8 +119,8 @@ def test_rate_curve_stats() -> None:
 
 
 def test_merging_tenant_streams_namespaces_hash_ids() -> None:
-    from env.profiling.records import RequestRecords
     from env.workloads.columns import RequestColumns
+    from livestack.profiling.records import RequestRecords
 
     a = RequestColumns.from_arrays(
         np.array([0.0, 2.0]), np.array([600, 600]), np.array([1, 1]),
@@ -152,7 +152,7 @@ def test_merging_tenant_streams_namespaces_hash_ids() -> None:
 def test_profile_invariants(inputs: list[int], seed: int, threshold: int) -> None:
     import json
 
-    from env.profiling import ProfileOptions, RequestRecords, profile_records
+    from livestack.profiling import ProfileOptions, RequestRecords, profile_records
 
     rng = np.random.default_rng(seed)
     n = len(inputs)

@@ -6,8 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from env.profiling import Decision, RequestRecords, profile_records, profile_source
-from env.profiling.verdict import (
+from env.workloads import generate_columns, parse_workload_config
+from livestack.profiling import Decision, RequestRecords, profile_records, profile_source
+from livestack.profiling.verdict import (
     CONSIDER_LONG_CONTEXT_FRAC,
     HIGH_PREFIX_REUSE_FRAC,
     MIN_REQUESTS_FOR_VERDICT,
@@ -17,7 +18,6 @@ from env.profiling.verdict import (
     VerdictInputs,
     decide_verdict,
 )
-from env.workloads import generate_columns, parse_workload_config
 from tests.workloads import readme_stats as readme
 
 SHORT_CHAT = {

@@ -13,8 +13,8 @@ from typing import Any
 
 import aiohttp
 
-from env.emulator import EmulatorHost, FaultConfig, InstanceSpec
 from env.scenario import ClusterConfig
+from livestack.emulator import EmulatorHost, FaultConfig, InstanceSpec
 from router.app import Router
 from router.config import RouterConfig
 
@@ -145,9 +145,9 @@ async def live_cluster(
 async def emulator_process(
     args: Sequence[str], timeout_s: float = 20.0
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, dict[str, str]]]:
-    """``python -m env.emulator ARGS`` in its own process; yields it and its instance URLs. Always reaped."""
+    """``python -m livestack.emulator ARGS`` in its own process; yields it and its instance URLs. Always reaped."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "env.emulator", "--base-port", "0", *args,
+        sys.executable, "-m", "livestack.emulator", "--base-port", "0", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, cwd=str(REPO_ROOT),
     )  # fmt: skip
     urls: dict[str, str] = {}

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 import env.sim.simulator as simulator_module
-from env.emulator.tokenizer import CHARS_PER_TOKEN, prompt_text
 from env.scenario import load_scenario
 from env.sim.build import build_simulator
 from env.sim.placement import SimInstanceView, decode_view, prefill_view
 from env.sim.simulator import ClusterSimulator
+from livestack.emulator.tokenizer import CHARS_PER_TOKEN, prompt_text
 from policies.placement import PlacementConfig
 from policies.policy_file import ResolvedPolicy, load_policy_text, resolve_policy
 from policies.routing import decide_route

@@ -8,9 +8,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from env.profiling.router_log import load_router_log
 from env.workloads.errors import TraceFormatError
 from env.workloads.traces import load_azure_csv, load_mooncake_jsonl
+from livestack.profiling.router_log import load_router_log
 
 AZURE_LINES = [
     "TIMESTAMP,ContextTokens,GeneratedTokens",

@@ -14,7 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from env.profiling.profile import GroupStats, LengthStats, WorkloadProfile
+from livestack.profiling.profile import GroupStats, LengthStats, WorkloadProfile
 
 __all__ = ["write_figures"]
 

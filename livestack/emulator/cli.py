@@ -1,4 +1,4 @@
-"""Command-line entry of the emulator (``python -m env.emulator`` and ``pdctl emulate``).
+"""Command-line entry of the emulator (``python -m livestack.emulator`` and ``pdctl emulate``).
 
 Starts ``--prefill`` + ``--decode`` instances in this process (ids ``p0..``, ``d0..``; ports from ``--base-port``,
 or free ports with 0), prints one ``emulator <id> <url>`` line per instance, optionally writes a router
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import yaml
 
-from env.emulator.faults import FaultConfig
-from env.emulator.host import EmulatorHost, InstanceSpec
 from env.scenario import ClusterConfig, load_scenario
+from livestack.emulator.faults import FaultConfig
+from livestack.emulator.host import EmulatorHost, InstanceSpec
 
 __all__ = ["build_parser", "main", "run"]
 

@@ -16,9 +16,9 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from env.profiling.arrivals import arrival_stats
-from env.profiling.records import RequestRecords
 from env.workloads.config import FixedLength, GammaWorkload, LognormalLength, PoissonWorkload
+from livestack.profiling.arrivals import arrival_stats
+from livestack.profiling.records import RequestRecords
 
 __all__ = ["POISSON_CV_TOLERANCE", "fit_lengths", "fit_workload"]
 

@@ -10,10 +10,10 @@ import asyncio
 import os
 from dataclasses import dataclass, field
 
-from env.emulator.engine import TransferModel, build_engine
-from env.emulator.faults import FaultConfig
-from env.emulator.server import EmulatedInstance, InstanceSettings
 from env.scenario import ClusterConfig
+from livestack.emulator.engine import TransferModel, build_engine
+from livestack.emulator.faults import FaultConfig
+from livestack.emulator.server import EmulatedInstance, InstanceSettings
 
 __all__ = ["CRASH_EXIT_CODE", "EmulatorHost", "InstanceSpec"]
 

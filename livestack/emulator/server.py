@@ -33,11 +33,12 @@ import numpy as np
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from env.emulator.driver import EngineDriver, RequestHandle
-from env.emulator.engine import TransferModel
-from env.emulator.faults import FaultConfig, FaultInjector
-from env.emulator.metrics import VllmMetrics
-from env.emulator.protocol import (
+from env.sim.engine import InstanceEngine
+from livestack.emulator.driver import EngineDriver, RequestHandle
+from livestack.emulator.engine import TransferModel
+from livestack.emulator.faults import FaultConfig, FaultInjector
+from livestack.emulator.metrics import VllmMetrics
+from livestack.emulator.protocol import (
     ApiError,
     Kind,
     ParsedRequest,
@@ -50,8 +51,7 @@ from env.emulator.protocol import (
     sse_error,
     sse_usage_chunk,
 )
-from env.emulator.tokenizer import CHARS_PER_TOKEN, output_token_text, token_ids
-from env.sim.engine import InstanceEngine
+from livestack.emulator.tokenizer import CHARS_PER_TOKEN, output_token_text, token_ids
 
 __all__ = ["EmulatedInstance", "InstanceSettings", "RequestTracer", "block_hashes"]
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from env.profiling.records import RequestRecords
 from env.workloads.errors import MAX_TOKEN_COUNT, TraceFormatError
 from env.workloads.traces._io import read_text
+from livestack.profiling.records import RequestRecords
 
 __all__ = ["load_router_log"]
 

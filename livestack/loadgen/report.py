@@ -8,14 +8,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from env.loadgen.client import RequestResult
+from livestack.loadgen.client import RequestResult
 from policies.scoring import quantile
 
-__all__ = ["TenantSummary", "summarize", "write_csv", "write_json"]
+__all__ = ["ClientTenantStats", "summarize", "write_csv", "write_json"]
 
 
 @dataclass(frozen=True, slots=True)
-class TenantSummary:
+class ClientTenantStats:
     """One tenant's (or ``all``) client-side statistics; latencies in seconds, ``None`` = no sample."""
 
     tenant: str
@@ -35,13 +35,13 @@ class TenantSummary:
     e2e_p95_s: float | None
 
 
-def _summary(name: str, results: Sequence[RequestResult]) -> TenantSummary:
+def _summary(name: str, results: Sequence[RequestResult]) -> ClientTenantStats:
     ok = [r for r in results if r.ok]
     ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
     tpot = [r.tpot_s for r in ok if r.tpot_s is not None]
     e2e = [r.e2e_s for r in ok if r.e2e_s is not None]
     itl = [x for r in ok for x in r.itl_s]
-    return TenantSummary(
+    return ClientTenantStats(
         tenant=name,
         num_requests=len(results),
         num_ok=len(ok),
@@ -60,7 +60,7 @@ def _summary(name: str, results: Sequence[RequestResult]) -> TenantSummary:
     )
 
 
-def summarize(results: Sequence[RequestResult]) -> list[TenantSummary]:
+def summarize(results: Sequence[RequestResult]) -> list[ClientTenantStats]:
     """One summary per tenant (sorted), then ``all``."""
     tenants = sorted({r.tenant for r in results})
     out = [_summary(t, [r for r in results if r.tenant == t]) for t in tenants]
@@ -68,7 +68,7 @@ def summarize(results: Sequence[RequestResult]) -> list[TenantSummary]:
     return out
 
 
-def write_json(path: Path, results: Sequence[RequestResult], summaries: Sequence[TenantSummary]) -> None:
+def write_json(path: Path, results: Sequence[RequestResult], summaries: Sequence[ClientTenantStats]) -> None:
     """Summaries and per-request results as one JSON document."""
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"summary": [asdict(s) for s in summaries], "requests": [asdict(r) for r in results]}

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from env.emulator.tokenizer import count_tokens
+from livestack.emulator.tokenizer import count_tokens
 
 __all__ = [
     "ApiError",

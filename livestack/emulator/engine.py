@@ -12,7 +12,7 @@ from pathlib import Path
 from env.perf import InterpolatedExecutionTimeModel, OperatorProfile, StepOverheads, load_operator_profile
 from env.scenario import ClusterConfig, NetworkConfig
 from env.sim.engine import EngineConfig, InstanceEngine
-from env.sim.simulator import kv_capacity_tokens as sim_kv_capacity_tokens
+from env.sim.instances import kv_capacity_tokens as sim_kv_capacity_tokens
 
 __all__ = ["TransferModel", "build_engine", "kv_capacity_tokens", "load_profile"]
 
@@ -66,9 +66,9 @@ class TransferModel:
     pulls sharing the prefill instance's link (they may run in other processes), so the link is not shared.
 
     Network incidents (``network.incidents``) apply over the emulator's own clock (emulated seconds since the
-    instance started, :meth:`env.emulator.driver.EngineDriver.emulated_now_s`) when a pull passes its start time:
+    instance started, :meth:`livestack.emulator.driver.EngineDriver.emulated_now_s`) when a pull passes its start time:
     the setup latency in effect when the pull starts, and the link rate of each period the bytes cross. Transfer
-    failures come from the instance's :class:`~env.emulator.faults.FaultConfig`, not from the network's
+    failures come from the instance's :class:`~livestack.emulator.faults.FaultConfig`, not from the network's
     ``failure_prob`` (base or incident), which only the simulator draws.
     """
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from env.profiling.arrivals import rate_curve_stats
-from env.profiling.distributions import SampleDistribution
-from env.profiling.profile import ProfileOptions, WorkloadProfile, profile_distributions
 from env.workloads.traces.servegen import SERVEGEN_WINDOW_S, ServeGenClient
+from livestack.profiling.arrivals import rate_curve_stats
+from livestack.profiling.distributions import SampleDistribution
+from livestack.profiling.profile import ProfileOptions, WorkloadProfile, profile_distributions
 
 __all__ = ["profile_servegen"]
 

@@ -2,10 +2,10 @@
 
 Entry points: :func:`profile_records` (per-request records), :func:`profile_distributions` (PMFs, histograms),
 :func:`profile_source` (a path or URL: Azure CSV, Mooncake JSONL, ServeGen folder, router log, Prometheus) and
-:func:`decide_verdict` (the rules, documented in :mod:`env.profiling.verdict`).
+:func:`decide_verdict` (the rules, documented in :mod:`livestack.profiling.verdict`).
 """
 
-from env.profiling.profile import (
+from livestack.profiling.profile import (
     GroupStats,
     LatencyStats,
     LengthStats,
@@ -14,9 +14,9 @@ from env.profiling.profile import (
     profile_distributions,
     profile_records,
 )
-from env.profiling.records import RequestRecords
-from env.profiling.sources import detect_source_kind, profile_source
-from env.profiling.verdict import Decision, Verdict, decide_verdict
+from livestack.profiling.records import RequestRecords
+from livestack.profiling.sources import detect_source_kind, profile_source
+from livestack.profiling.verdict import Decision, Verdict, decide_verdict
 
 __all__ = [
     "Decision",

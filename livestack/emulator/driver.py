@@ -20,8 +20,8 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from env.emulator.metrics import VllmMetrics
 from env.sim.engine import EngineRequest, InstanceEngine, StepResult
+from livestack.emulator.metrics import VllmMetrics
 
 __all__ = ["MAX_LAG_S", "EngineDriver", "RequestHandle"]
 

@@ -2,7 +2,7 @@
 
 Each :class:`~env.workloads.RequestSpec` becomes a streaming ``POST /v1/completions`` (or chat) sent at its arrival
 time times ``time_scale``, with a prompt of exactly ``input_tokens`` tokens under the emulator's tokeniser
-(:func:`env.emulator.tokenizer.prompt_text`, prefix blocks from ``hash_ids``), ``max_tokens = output_tokens`` and
+(:func:`livestack.emulator.tokenizer.prompt_text`, prefix blocks from ``hash_ids``), ``max_tokens = output_tokens`` and
 ``ignore_eos: true`` (so a real vLLM generates the full length too), the tenant in ``X-Tenant-Id`` and the request
 id in ``X-Request-Id``.
 
@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 import aiohttp
 
-from env.emulator.tokenizer import prompt_text
 from env.workloads import RequestSpec
+from livestack.emulator.tokenizer import prompt_text
 
 __all__ = ["LoadOptions", "RequestResult", "replay"]
 

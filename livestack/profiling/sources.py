@@ -13,13 +13,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from env.profiling.profile import ProfileOptions, WorkloadProfile, profile_records
-from env.profiling.prometheus import PrometheusSourceError, profile_prometheus
-from env.profiling.records import RequestRecords
-from env.profiling.router_log import load_router_log
-from env.profiling.servegen import profile_servegen
 from env.workloads.errors import TraceFormatError, TraceNotFoundError
 from env.workloads.traces import load_azure_csv, load_mooncake_jsonl, load_servegen_folder
+from livestack.profiling.profile import ProfileOptions, WorkloadProfile, profile_records
+from livestack.profiling.prometheus import PrometheusSourceError, profile_prometheus
+from livestack.profiling.records import RequestRecords
+from livestack.profiling.router_log import load_router_log
+from livestack.profiling.servegen import profile_servegen
 
 __all__ = ["PER_REQUEST_KINDS", "SourceKind", "detect_source_kind", "load_records", "profile_source"]
 

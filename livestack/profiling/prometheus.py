@@ -20,10 +20,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from env.profiling.arrivals import rate_curve_stats
-from env.profiling.distributions import BucketDistribution, Distribution
-from env.profiling.profile import ProfileOptions, WorkloadProfile, profile_distributions
 from env.workloads.errors import WorkloadError
+from livestack.profiling.arrivals import rate_curve_stats
+from livestack.profiling.distributions import BucketDistribution, Distribution
+from livestack.profiling.profile import ProfileOptions, WorkloadProfile, profile_distributions
 
 __all__ = [
     "VLLM_HISTOGRAMS",

@@ -2,7 +2,7 @@
 
 :func:`profile_records` summarises per-request records (traces, generated streams, router logs);
 :func:`profile_distributions` summarises sources that only have distributions (ServeGen PMFs, Prometheus
-histograms). Both fill the same :class:`WorkloadProfile` and apply :func:`~env.profiling.verdict.decide_verdict`.
+histograms). Both fill the same :class:`WorkloadProfile` and apply :func:`~livestack.profiling.verdict.decide_verdict`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from env.profiling.arrivals import ArrivalStats, arrival_stats
-from env.profiling.distributions import Distribution, SampleDistribution
-from env.profiling.prefix import PrefixReuse, leading_hit_tokens, prefix_reuse_from_hashes, prefix_reuse_from_hits
-from env.profiling.records import RequestRecords
-from env.profiling.verdict import (
+from livestack.profiling.arrivals import ArrivalStats, arrival_stats
+from livestack.profiling.distributions import Distribution, SampleDistribution
+from livestack.profiling.prefix import PrefixReuse, leading_hit_tokens, prefix_reuse_from_hashes, prefix_reuse_from_hits
+from livestack.profiling.records import RequestRecords
+from livestack.profiling.verdict import (
     LONG_CONTEXT_THRESHOLD_TOKENS,
     SHORT_OUTPUT_MAX_TOKENS,
     Verdict,
