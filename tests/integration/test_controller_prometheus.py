@@ -24,8 +24,19 @@ from tests.controller.stack import INTERVAL_S, expires_in, live_stack, poll_stat
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 
-def _published(state: dict[str, Any]) -> bool:
-    return state["policy"].get("description", "").startswith("published by pdctl controller")
+async def _first_tick(stack: Any) -> dict[str, Any]:
+    """Wait until the controller has ticked (an audit record) and return the router's state then.
+
+    The router starts with the controller's own base policy, so the first tick publishes nothing: the actuator
+    compares typed policies, and an equal one (whatever its description) is left as it is.
+    """
+
+    async def ticked() -> bool:
+        return len(stack.audit()) > 0
+
+    await wait_until(ticked, 20, what="the controller's first tick")
+    state: dict[str, Any] = await stack.state()
+    return state
 
 
 @pytest.mark.parametrize("source", ["prometheus", "scrape"])
@@ -98,7 +109,7 @@ async def test_prometheus_stopped_controller_holds_reports_staleness_and_resumes
 
 async def test_override_takes_effect_within_one_interval_and_expiry_restores_the_policy(tmp_path: Path) -> None:
     async with live_stack(tmp_path) as stack:
-        state = await poll_state(stack, _published, 20, "the controller's first publication")
+        state = await _first_tick(stack)
         assert remote_min_tokens(state["policy"], "rag") == 4096
         override = {
             "description": "incident 42: keep RAG prompts off the decode pool",
@@ -131,7 +142,7 @@ async def test_override_takes_effect_within_one_interval_and_expiry_restores_the
 
 async def test_rollback_file_turns_every_tenant_aggregated_in_one_step(tmp_path: Path) -> None:
     async with live_stack(tmp_path) as stack:
-        await poll_state(stack, _published, 20, "the controller's first publication")
+        await _first_tick(stack)
         (stack.override_dir / "rollback.yaml").write_text("mode: aggregated_only\n")
 
         def rolled_back(state: dict[str, Any]) -> bool:
@@ -147,7 +158,7 @@ async def test_rollback_file_turns_every_tenant_aggregated_in_one_step(tmp_path:
 
 async def test_malformed_override_changes_nothing(tmp_path: Path) -> None:
     async with live_stack(tmp_path) as stack:
-        before = await poll_state(stack, _published, 20, "the controller's first publication")
+        await _first_tick(stack)
         await asyncio.sleep(2 * INTERVAL_S)
         before = await stack.state()
         (stack.override_dir / "bad.yaml").write_text(
@@ -176,7 +187,7 @@ async def test_malformed_override_changes_nothing(tmp_path: Path) -> None:
 async def test_sighup_with_a_bad_config_keeps_the_old_one(tmp_path: Path) -> None:
     async with live_stack(tmp_path) as stack:
         ctl = stack.controller
-        await poll_state(stack, _published, 20, "the controller's first publication")
+        await _first_tick(stack)
         info = {"policy_id": "baseline:queue_kv", "generation": "1", "mode": "active"}
         assert await asyncio.to_thread(ctl.metric, "pdctl_controller_policy_info", **info) == 1
         good = yaml.safe_load(ctl.config_path.read_text())

@@ -66,8 +66,12 @@ async def test_prometheus_and_scraper_windows_agree(tmp_path: Path) -> None:
                 result = await stream_request(cluster.session, cluster.url, body, {"X-Tenant-Id": tenant})
                 assert result.status == 200
 
-            # Every series exists (and Prometheus has scraped it) before the window starts.
-            await asyncio.gather(send("chat", 120, -1), send("rag", 5000, -1), send("rag", 2500, -2))
+            # Every series exists (and Prometheus has scraped it) before the window starts: the priming rounds have
+            # the window's shape, so every (tenant, route) the window's traffic takes (routes depend on the decode
+            # pressure that concurrent requests create) is already a series.
+            for n in (-1, -2, -3):
+                await asyncio.gather(send("chat", 120, n), send("rag", 5000, n), send("rag", 2500, n - 100))
+                await asyncio.sleep(0.3)
             await asyncio.sleep(2.5)
             primed = len(cluster.records())
             scraper = ScrapeReader(f"{cluster.url}/metrics", window_s=60.0, timeout_s=2.0)
