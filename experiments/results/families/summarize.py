@@ -1,0 +1,77 @@
+"""Summarise `pdctl evaluate` runs on a generated scenario family against its rules (issue 18's yardsticks).
+
+Usage: python experiments/results/families/summarize.py RESULTS.csv [RESULTS.csv ...] --policy SPEC [--policy SPEC]
+
+Reads the per-scenario ALL rows (mean over seeds) of every given results.csv, takes every `baseline:` / `file:`
+policy as a rule, and prints, per policy named with --policy: its priority-weighted goodput against the
+per-scenario best rule (floor = the lowest ratio, share of scenarios at >= 1.0x) and against the single rule that
+is best over the whole set (geometric mean of ratios to the per-scenario best), and GPU-hours side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+from collections import defaultdict
+
+
+def _rows(paths: list[str]) -> dict[str, dict[str, dict[str, float]]]:
+    table: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
+    for path in paths:
+        with open(path, newline="") as handle:
+            for row in csv.DictReader(handle):
+                if row["tenant"] != "ALL" or float(row.get("rate_scale") or 1.0) != 1.0:
+                    continue
+                table[row["scenario"]][row["policy"]] = {
+                    "goodput": float(row["weighted_goodput_rps_mean"]),
+                    "gpu_h": float(row["gpu_seconds_mean"]) / 3600.0,
+                }
+    return table
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(max(v, 1e-9)) for v in values) / len(values))
+
+
+def main() -> None:
+    """Print the summary table (Markdown)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("results", nargs="+")
+    parser.add_argument("--policy", action="append", default=[])
+    args = parser.parse_args()
+    table = _rows(args.results)
+    scenarios = sorted(s for s, by in table.items() if all(p in by for p in args.policy))
+    rules = sorted({p for s in scenarios for p in table[s] if p.startswith(("baseline:", "file:"))})
+    rules = [r for r in rules if all(r in table[s] for s in scenarios)]
+    best = {s: max(rules, key=lambda r, s=s: table[s][r]["goodput"]) for s in scenarios}
+
+    def ratio(s: str, p: str) -> float:
+        top = table[s][best[s]]["goodput"]
+        return table[s][p]["goodput"] / top if top > 0 else 1.0
+
+    single = max(rules, key=lambda r: _geomean([ratio(s, r) for s in scenarios]))
+    print(f"{len(scenarios)} scenarios; rules: {', '.join(rules)}")
+    print(f"single best rule over the set: {single}\n")
+    print(
+        "| policy | geo mean × per-scenario best rule | × single best rule (geo mean) | floor (min ×) "
+        "| ≥ 1.0× best rule | GPU-h (sum) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for p in [*args.policy, single, *[r for r in rules if r != single]]:
+        ratios = [ratio(s, p) for s in scenarios]
+        vs_single = _geomean(
+            [table[s][p]["goodput"] / table[s][single]["goodput"] for s in scenarios if table[s][single]["goodput"] > 0]
+        )
+        at_least = sum(r >= 1.0 - 1e-9 for r in ratios)
+        gpu_h = sum(table[s][p]["gpu_h"] for s in scenarios)
+        cells = [f"{_geomean(ratios):.3f}", f"{vs_single:.3f}", f"{min(ratios):.3f}", f"{at_least}/{len(scenarios)}"]
+        print(f"| {p} | {' | '.join(cells)} | {gpu_h:.1f} |")
+    print(
+        "\nper-scenario best rule:",
+        dict(sorted(defaultdict(int, {r: sum(best[s] == r for s in scenarios) for r in rules}).items())),
+    )
+
+
+if __name__ == "__main__":
+    main()
