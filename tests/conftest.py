@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -23,7 +24,7 @@ def repo_root() -> Path:
 
 @pytest.fixture
 def traces_dir() -> Path:
-    path = SHARED / "traces"
+    path = Path(os.environ["PDCTL_TRACES"]) if os.environ.get("PDCTL_TRACES") else SHARED / "traces"
     if not path.is_dir():
         pytest.skip(f"shared traces folder {path} is absent")
     return path
