@@ -20,6 +20,7 @@ import gymnasium as gym
 from stable_baselines3.common.monitor import Monitor
 
 from agents.config import ExperimentConfig
+from agents.evaluate import scenario_paths
 from agents.set_export import export_set_policy
 from agents.set_policy_net import SetActorCriticPolicy
 from agents.tracking import git_commit
@@ -41,7 +42,6 @@ def scenario_source(config: ExperimentConfig) -> ScenarioSource:
     """Where the training episodes come from: the family's training split, else the listed scenarios."""
     if config.family is not None:
         return FamilyDraw(load_family(config.family.path), config.family.train_split)
-    from agents.evaluate import scenario_paths
 
     return ScenarioList(tuple(str(p) for p in scenario_paths(config.scenarios)))
 
@@ -98,7 +98,6 @@ def held_out_paths(config: ExperimentConfig, out: Path) -> list[Path]:
     """Where checkpoints are judged: the family's validation scenarios unless ``eval_scenarios`` names files."""
     if config.family is not None and not config.eval_scenarios:
         return family_validation_paths(config, out)
-    from agents.evaluate import scenario_paths
 
     return scenario_paths(config.held_out_scenarios)
 
