@@ -11,6 +11,9 @@ Core kinds:
 * ``registry:models:/NAME@ALIAS`` (or ``/NAME/VERSION``) — needs a *resolver* from the caller (the registry
   client lives outside the pure core) that turns the URI into a local directory holding either a learned
   artifact or a ``policy.yaml``;
+* ``learned:default`` — the shipped default learned policy under the safety layer it ships with
+  (:data:`DEFAULT_LEARNED_SPEC`: the layout-free set policy trained on the default scenario family, under the SLO
+  watchdog with the single best rule over that family as its fallback);
 * ``watchdog:PRIMARY`` and ``watchdog[FALLBACK]:PRIMARY`` — ``PRIMARY`` (any core kind but another watchdog)
   under the SLO watchdog of :mod:`policies.watchdog` (default parameters), with a ``baseline:`` or ``file:``
   fallback (:data:`WATCHDOG_FALLBACK` when none is named).
@@ -38,6 +41,8 @@ from policies.watchdog import FALLBACK_KINDS, SloWatchdog
 
 __all__ = [
     "BASELINES",
+    "DEFAULT_LEARNED_ARTIFACT",
+    "DEFAULT_LEARNED_SPEC",
     "WATCHDOG_FALLBACK",
     "KindFactory",
     "LoadOptions",
@@ -45,6 +50,7 @@ __all__ = [
     "PolicySpecError",
     "RegistryResolver",
     "build_policy",
+    "expand_alias",
     "fixed_layout",
     "load_artifact_dir",
     "load_policy",
@@ -83,6 +89,21 @@ BASELINES: Mapping[str, BaselineFactory] = {
 baseline's parameters (keyword arguments of its parameter dataclass)."""
 
 WATCHDOG_FALLBACK = "baseline:dynamo-legacy"
+
+DEFAULT_LEARNED_ARTIFACT = Path(__file__).resolve().parents[1] / "experiments/results/learned/generalist-family-policy"
+"""The shipped default learned policy (in a source checkout; see experiments/results/learned/README.md)."""
+
+DEFAULT_LEARNED_SPEC = f"watchdog[{WATCHDOG_FALLBACK}]:learned:{DEFAULT_LEARNED_ARTIFACT}"
+"""What ``learned:default`` stands for: the default learned policy wrapped in its default safety layer."""
+
+_ALIASES = {"learned:default": DEFAULT_LEARNED_SPEC}
+
+
+def expand_alias(spec: str) -> str:
+    """The spec an alias (``learned:default``) stands for; any other spec unchanged."""
+    return _ALIASES.get(spec, spec)
+
+
 """The fallback of ``watchdog:PRIMARY`` (the best baseline on most shipped scenarios)."""
 
 _CORE_KINDS = ("file", "baseline", "learned", "registry")
@@ -215,6 +236,7 @@ def parse_policy_spec(spec: str) -> PolicySpec:
     Raises:
         PolicySpecError: one line naming the spec.
     """
+    spec = expand_alias(spec)
     if spec.startswith("watchdog"):
         return _parse_watchdog(spec)
     kind, sep, argument = spec.partition(":")
@@ -291,6 +313,7 @@ def _baseline(parsed: PolicySpec, spec: str, options: LoadOptions, params: Mappi
 
 
 def _load(spec: str, options: LoadOptions, params: Mapping[str, Any] | None) -> Policy:
+    spec = expand_alias(spec)
     parsed = parse_policy_spec(spec)
     if parsed.kind == "watchdog":
         assert parsed.fallback is not None

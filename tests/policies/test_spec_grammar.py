@@ -128,3 +128,18 @@ def test_route_levels_are_crisp() -> None:
             route_thresholds(bad)
     with pytest.raises(RouteLevelError, match="T must be >= 1"):
         remote_level(0)
+
+
+def test_learned_default_is_the_shipped_set_policy_under_its_watchdog() -> None:
+    from policies.registry import DEFAULT_LEARNED_ARTIFACT, expand_alias
+    from policies.set_policy import SetPolicy
+
+    parsed = parse_policy_spec("learned:default")
+    assert parsed.kind == "watchdog"
+    assert parsed.fallback == WATCHDOG_FALLBACK
+    assert expand_alias("baseline:aggregated") == "baseline:aggregated"
+    assert (DEFAULT_LEARNED_ARTIFACT / "manifest.json").is_file()
+    policy = load_policy("learned:default", BASE)
+    assert isinstance(policy, SloWatchdog)
+    assert isinstance(policy.primary.inner, SetPolicy)  # type: ignore[attr-defined]
+    assert policy.fallback.policy_id == WATCHDOG_FALLBACK

@@ -41,8 +41,11 @@ def main() -> None:
     parser.add_argument("--policy", action="append", default=[])
     args = parser.parse_args()
     table = _rows(args.results)
-    scenarios = sorted(s for s, by in table.items() if all(p in by for p in args.policy))
-    rules = sorted({p for s in scenarios for p in table[s] if p.startswith(("baseline:", "file:"))})
+    is_rule = ("baseline:", "file:")
+    scenarios = sorted(
+        s for s, by in table.items() if all(p in by for p in args.policy) and any(p.startswith(is_rule) for p in by)
+    )
+    rules = sorted({p for s in scenarios for p in table[s] if p.startswith(is_rule)})
     rules = [r for r in rules if all(r in table[s] for s in scenarios)]
     best = {s: max(rules, key=lambda r, s=s: table[s][r]["goodput"]) for s in scenarios}
 
