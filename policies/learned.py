@@ -37,11 +37,31 @@ __all__ = [
     "Manifest",
     "ObsNormalisation",
     "PolicyLoadError",
+    "learned_policy_id",
+    "masked_argmax",
     "read_weights",
 ]
 
 MANIFEST_NAME = "manifest.json"
 WEIGHTS_NAME = "weights.safetensors"
+
+
+def learned_policy_id(source: str, mlflow_run_id: str | None) -> str:
+    """``learned:<source>`` plus ``@<run id>`` when the artifact names its MLflow run."""
+    run = f"@{mlflow_run_id}" if mlflow_run_id else ""
+    return f"learned:{source}{run}"
+
+
+def masked_argmax(logits: np.ndarray, nvec: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """The arg-max of each action dimension's slice of ``logits`` (sizes ``nvec``), masked entries excluded."""
+    if mask is not None:
+        logits = np.where(np.asarray(mask, dtype=bool), logits, -np.inf)
+    out = np.empty(len(nvec), dtype=np.int64)
+    start = 0
+    for i, size in enumerate(nvec):
+        out[i] = int(np.argmax(logits[start : start + size]))
+        start += int(size)
+    return out
 
 
 class PolicyLoadError(ValueError):
@@ -122,8 +142,7 @@ class LearnedPolicy:
     @property
     def policy_id(self) -> str:
         """``learned:<source>`` plus the MLflow run id when known."""
-        run = f"@{self.manifest.mlflow_run_id}" if self.manifest.mlflow_run_id else ""
-        return f"learned:{self.source}{run}"
+        return learned_policy_id(self.source, self.manifest.mlflow_run_id)
 
     @property
     def codec(self) -> ActionCodec:
@@ -153,15 +172,7 @@ class LearnedPolicy:
     def act(self, vector: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """Encoded action for one (unnormalised) observation vector, masked arg-max per dimension."""
         logits = self.network.logits(self.normalise(np.asarray(vector, dtype=np.float32)))
-        nvec = self._codec.nvec
-        if mask is not None:
-            logits = np.where(np.asarray(mask, dtype=bool), logits, -np.inf)
-        out = np.empty(len(nvec), dtype=np.int64)
-        start = 0
-        for i, size in enumerate(nvec):
-            out[i] = int(np.argmax(logits[start : start + size]))
-            start += int(size)
-        return out
+        return masked_argmax(logits, self._codec.nvec, mask)
 
     def decide(self, observation: Observation, context: PolicyContext) -> ControlAction:
         """Decide from an observation, with the guard's masks applied."""

@@ -28,7 +28,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from policies.base import PolicyContext
 from policies.features import Observation
-from policies.learned import MANIFEST_NAME, WEIGHTS_NAME, PolicyLoadError, read_weights
+from policies.learned import (
+    MANIFEST_NAME,
+    WEIGHTS_NAME,
+    PolicyLoadError,
+    learned_policy_id,
+    masked_argmax,
+    read_weights,
+)
 from policies.schema import SCHEMA_VERSION, ControlAction
 from policies.set_codec import SetActionCodec
 from policies.set_features import SET_MAX_GROUPS, SET_MAX_TENANTS, SetLayout, build_set_observation, set_feature_hash
@@ -79,8 +86,7 @@ class SetPolicy:
     @property
     def policy_id(self) -> str:
         """``learned:<source>`` plus the MLflow run id when known."""
-        run = f"@{self.manifest.mlflow_run_id}" if self.manifest.mlflow_run_id else ""
-        return f"learned:{self.source}{run}"
+        return learned_policy_id(self.source, self.manifest.mlflow_run_id)
 
     @property
     def codec(self) -> SetActionCodec:
@@ -122,15 +128,7 @@ class SetPolicy:
     def act(self, vector: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """Encoded action for one flat observation vector, masked arg-max per dimension."""
         logits = self.network.logits(np.asarray(vector, dtype=np.float32))
-        if mask is not None:
-            logits = np.where(np.asarray(mask, dtype=bool), logits, -np.inf)
-        nvec = self._codec.nvec
-        out = np.empty(len(nvec), dtype=np.int64)
-        start = 0
-        for i, size in enumerate(nvec):
-            out[i] = int(np.argmax(logits[start : start + size]))
-            start += int(size)
-        return out
+        return masked_argmax(logits, self._codec.nvec, mask)
 
     def decide(self, observation: Observation, context: PolicyContext) -> ControlAction:
         """Decide from the window behind ``observation`` and the context, with the guard's masks applied.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path, PurePosixPath
 
 __all__ = [
@@ -124,6 +125,7 @@ CATALOG: dict[str, TraceSource] = {
 """Every trace ``pdctl traces fetch`` knows, by name."""
 
 
+@cache
 def _sums() -> dict[str, str]:
     sums: dict[str, str] = {}
     for line in _SUMS_FILE.read_text().splitlines():
