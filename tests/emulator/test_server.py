@@ -130,18 +130,22 @@ async def test_ttft_follows_the_engine_model_in_scaled_time(session: aiohttp.Cli
     try:
         engine = build_engine(ClusterConfig())
         step_s = engine.model.step_time_s(4096, 1, 0, 0, [(4096, 0)])
-        body = {"prompt": prompt_text(4096, salt=str(time_scale)), "max_tokens": 2, "stream": True}
         loop_time = __import__("asyncio").get_running_loop().time
-        start = loop_time()
-        async with session.post(host.urls["d0"] + "/v1/completions", json=body) as resp:
-            await resp.content.readany()
-            wall_ttft = loop_time() - start
-            await resp.read()
-        # never faster than the model; later only by event-loop latency (generous bound for loaded CI machines)
-        assert step_s * time_scale * 0.95 < wall_ttft < step_s * time_scale * 1.5 + 0.05
+        wall_ttfts_s = []
+        for attempt in range(3):  # fresh prompts (no prefix-cache hit), one after another on an idle instance
+            body = {"prompt": prompt_text(4096, salt=f"{time_scale}-{attempt}"), "max_tokens": 2, "stream": True}
+            start = loop_time()
+            async with session.post(host.urls["d0"] + "/v1/completions", json=body) as resp:
+                await resp.content.readany()
+                wall_ttfts_s.append(loop_time() - start)
+                await resp.read()
+        # never faster than the model; later only by event-loop latency. A busy CI machine can stall one request's
+        # event loop for a while, so the upper bound holds for the quickest of the three.
+        assert all(step_s * time_scale * 0.95 < wall_s for wall_s in wall_ttfts_s)
+        assert min(wall_ttfts_s) < step_s * time_scale * 1.5 + 0.05
         ttft_sum = await _metric(session, host.urls["d0"], "vllm:time_to_first_token_seconds_sum{")
-        # metrics are in emulated seconds: at least the modelled step, at most what the client saw
-        assert step_s * 0.95 < ttft_sum <= wall_ttft / time_scale + 1e-3
+        # metrics are in emulated seconds: at least the modelled steps, at most what the client saw
+        assert 3 * step_s * 0.95 < ttft_sum <= sum(wall_ttfts_s) / time_scale + 1e-3
     finally:
         await host.stop()
 
