@@ -97,6 +97,8 @@ class LookaheadChooser:
         chosen: the candidate chosen last (kept after ``default``).
         route_switch_margin_frac: the margin for a candidate that ends the horizon with the kept one's pool sizes
             (``None``: ``switch_margin_frac``).
+        terminal: a value of the state a copy ends the horizon in, added to its return (``None``: none).
+        last_returns: the candidates' horizon returns at the last choice.
     """
 
     horizon_intervals: int
@@ -104,6 +106,8 @@ class LookaheadChooser:
     default: int | None = None
     chosen: int = 0
     route_switch_margin_frac: float | None = None
+    terminal: Callable[[PDClusterEnv], float] | None = None
+    last_returns: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.horizon_intervals < 1:
@@ -132,6 +136,8 @@ class LookaheadChooser:
                 if not running(copy_env):
                     break
                 total += step(copy_env, copy_policies[i])
+            if self.terminal is not None:
+                total += self.terminal(copy_env)
             returns[i] = total
             pools = copy_env.current_pools()
             ends.append(tuple((g, p.num_prefill, p.num_decode) for g, p in sorted(pools.items())))
@@ -140,6 +146,7 @@ class LookaheadChooser:
     def choose(self, env: PDClusterEnv, policies: Sequence[Policy], step: StepFn) -> int:
         """Index of the candidate to act as at this interval."""
         returns, ends = self.horizon_rollouts(env, policies, step)
+        self.last_returns = returns
         scale = abs(float(returns.max()))
         route_margin = (
             self.switch_margin_frac if self.route_switch_margin_frac is None else self.route_switch_margin_frac

@@ -1,7 +1,7 @@
-"""Policies by name for a scenario: the registry's grammar plus the simulator-only kinds ``grid:`` and ``expert:H``.
+"""Policies by name for a scenario: the registry grammar plus the simulator-only kinds grid:, expert:H and mpc:H.
 
 Every spec is parsed and built by :mod:`policies.registry` (``file:``, ``baseline:``, ``learned:``,
-``registry:``, ``watchdog[FALLBACK]:PRIMARY``). Importing this module registers two kinds there that need a
+``registry:``, ``watchdog[FALLBACK]:PRIMARY``). Importing this module registers three kinds there that need a
 simulator and so exist only in evaluation:
 
 * ``grid:`` — the best static configuration of :mod:`agents.grid_search` for the scenario (the caller passes the
@@ -9,7 +9,10 @@ simulator and so exist only in evaluation:
 * ``expert:H`` — :class:`agents.lookahead.LookaheadPolicy`, the clairvoyant lookahead expert with an
   ``H``-interval horizon over :data:`EXPERT_TEACHERS` and the given static configurations (the best
   :data:`EXPERT_GRID_CANDIDATES` of the grid on the search seeds). It sees each episode's future, so it bounds
-  what switching between those candidates can win rather than being a deployable policy.
+  what switching between those candidates can win rather than being a deployable policy;
+* ``mpc:H`` — :class:`agents.mpc.MpcPolicy`, the model-predictive controller that does *not* look ahead: the same
+  receding-horizon choice over :data:`agents.mpc.MPC_RULES` and one-instance pool moves, in copies of the simulator
+  whose future is a persistence forecast of the traffic the router has seen.
 
 :func:`make_policy` builds a spec for one scenario: relative ``file:`` and ``learned:`` paths are taken from the
 working directory, else from the repository root; ``baseline:dynamo-throughput`` gets the per-instance
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.lookahead import LookaheadPolicy
+from agents.mpc import MPC_RULES, MpcPolicy
 from env.perf.model import InterpolatedExecutionTimeModel
 from env.scenario import Scenario
 from env.sim.build import load_profile
@@ -142,6 +146,20 @@ def _expert(spec: PolicySpec, options: LoadOptions) -> Policy:
 
 register_kind("grid", _grid, "grid: (evaluation only)", empty_argument=True)
 register_kind("expert", _expert, "expert:H (evaluation only)")
+
+
+def _mpc(spec: PolicySpec, options: LoadOptions) -> Policy:
+    _for_scenario(options, spec)
+    horizon = spec.argument
+    if not horizon.isdigit() or not 1 <= int(horizon) <= _MAX_EXPERT_HORIZON:
+        raise PolicySpecError(
+            f"policy spec {str(spec)!r}: mpc:H takes a horizon of 1-{_MAX_EXPERT_HORIZON} control intervals, "
+            f"got {horizon!r}"
+        )
+    return MpcPolicy({name: build_policy(name, options) for name in MPC_RULES}, int(horizon), str(spec))
+
+
+register_kind("mpc", _mpc, "mpc:H (simulator only)")
 
 
 def all_baseline_specs() -> list[str]:

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -183,6 +184,8 @@ class ClusterSimulator(InstanceStepping, KvTransfers, PoolControl, Snapshots):
         self._load_workloads(workloads, expected_output_tokens or {})
         self.requests: list[SimRequest | None] = [None] * self.num_requests
         self._next = 0
+        self.forecast_from = sys.maxsize
+        """Index of the first arrival made up by a forecast (:mod:`env.sim.forecast`); none in a real run."""
         self.num_arrived = 0
         self.num_finished = 0
         self.num_failed = 0
@@ -320,7 +323,8 @@ class ClusterSimulator(InstanceStepping, KvTransfers, PoolControl, Snapshots):
         output_tokens = self._output[index]
         name = self.tenant_names[tenant]
         hashes = self._hashes(tenant, self._row_of[index])
-        request = SimRequest(index, f"{name}-{self._row_of[index]}", tenant, now, input_tokens, output_tokens, hashes)
+        request_id = f"{name}-{self._row_of[index]}" if index < self.forecast_from else f"{name}-f{index}"
+        request = SimRequest(index, request_id, tenant, now, input_tokens, output_tokens, hashes)
         self.requests[index] = request
         self.num_arrived += 1
         self.arrived[tenant].append(request)
