@@ -156,9 +156,13 @@ class PretrainConfig(_Strict):
     seeds: list[Annotated[int, Field(ge=0, lt=TRAIN_SEED_LIMIT)]] = [0, 1]
     epochs: Annotated[int, Field(ge=1)] = 30
     learning_rate: Annotated[float, Field(gt=0)] = 1e-3
-    expert: Literal["best_teacher", "lookahead"] = "best_teacher"
+    expert: Literal["best_teacher", "lookahead", "policy"] = "best_teacher"
     """``best_teacher``: imitate the best teacher per scenario; ``lookahead``: the receding-horizon expert over all
-    teachers and the best static grid configurations (:func:`agents.pretrain.lookahead_episode`)."""
+    teachers and the best static grid configurations (:func:`agents.pretrain.lookahead_episode`); ``policy``: the
+    one policy spec in ``teachers`` labels every interval (``layout.kind: set`` only, e.g. ``mpc:4``;
+    :mod:`agents.set_imitation`)."""
+    family_scenarios: Annotated[int, Field(ge=1, le=1000)] = 24
+    """``expert: policy``: the first so many scenarios of the family's training split are labelled."""
     horizon_intervals: Annotated[int, Field(ge=1, le=120)] = 12
     """Lookahead expert: control intervals each candidate is followed for before the expert picks one."""
     grid_candidates: Annotated[int, Field(ge=0, le=20)] = 3
@@ -179,13 +183,16 @@ class PretrainConfig(_Strict):
     """Lookahead expert: the margin for switching to a candidate that leaves the pool sizes where the kept one
     would (routing thresholds only: instant and free to undo); ``None``: ``switch_margin_frac``."""
     dagger_iterations: Annotated[int, Field(ge=0, le=10)] = 0
-    """Lookahead expert: rounds in which the student drives and the expert labels the states it visits (DAgger)."""
+    """Lookahead or policy expert: rounds in which the student drives and the expert labels the states it visits
+    (DAgger)."""
 
     @model_validator(mode="after")
     def _expert_options(self) -> PretrainConfig:
+        if self.expert == "policy" and len(self.teachers) != 1:
+            raise ValueError("teachers: expert: policy takes exactly one policy spec (the teacher)")
         if self.expert != "lookahead":
             used = {
-                "dagger_iterations": self.dagger_iterations > 0,
+                "dagger_iterations": self.dagger_iterations > 0 and self.expert != "policy",
                 "prefer_best_alone": self.prefer_best_alone,
                 "switch_margin_frac": self.switch_margin_frac > 0,
                 "route_switch_margin_frac": self.route_switch_margin_frac is not None,
@@ -313,8 +320,10 @@ class ExperimentConfig(_Strict):
             )
         if self.layout.kind != "set" and self.reward_scale != "none":
             raise ValueError("reward_scale: offered needs layout.kind: set")
-        if self.layout.kind == "set" and self.pretrain is not None:
-            raise ValueError("pretrain: imitation warm starts are not implemented for layout.kind: set yet")
+        if self.pretrain is not None and (self.layout.kind == "set") != (self.pretrain.expert == "policy"):
+            raise ValueError("pretrain.expert: layout.kind: set takes expert: policy, and expert: policy needs it")
+        if self.pretrain is not None and self.pretrain.expert == "policy" and self.family is None:
+            raise ValueError("pretrain.expert: policy labels the family's training split; name a family")
         return self
 
     @model_validator(mode="after")

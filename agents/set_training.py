@@ -6,7 +6,8 @@
   (:class:`agents.set_policy_net.SetActorCriticPolicy`);
 * :func:`held_out_paths` / :func:`family_validation_paths` — the validation split's first scenarios, written as
   scenario files so the evaluation loop judges checkpoints on them exactly as on any scenario (the test split is
-  never generated here);
+  never generated here); :func:`family_split_paths` writes any split's first scenarios (the warm start labels the
+  training split's);
 * :func:`export_set` — the artifact (:func:`agents.set_export.export_set_policy`).
 """
 
@@ -30,6 +31,7 @@ from env.set_env import FamilyDraw, ScenarioList, ScenarioSource, SetPolicyEnv
 
 __all__ = [
     "export_set",
+    "family_split_paths",
     "family_validation_paths",
     "held_out_paths",
     "scenario_source",
@@ -73,6 +75,25 @@ def set_policy_args(config: ExperimentConfig) -> tuple[type[SetActorCriticPolicy
     }
 
 
+def family_split_paths(config: ExperimentConfig, folder: Path, split: str, count: int) -> list[Path]:
+    """The first ``count`` scenarios of a split of the experiment's family, written as scenario files in ``folder``.
+
+    Raises:
+        ValueError: the experiment has no family.
+    """
+    if config.family is None:
+        raise ValueError("family scenarios: the experiment trains on listed scenarios, not a family")
+    family = load_family(config.family.path)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for seed in family.split_seeds(split)[:count]:
+        path = folder / f"{scenario_name(family, seed)}.yaml"
+        path.write_text(scenario_yaml(family, seed), encoding="utf-8")
+        resolve_scenario(path)  # the written file must load as the generated scenario
+        paths.append(path)
+    return paths
+
+
 def family_validation_paths(config: ExperimentConfig, out: Path) -> list[Path]:
     """The validation split's first ``validation_scenarios`` scenarios, written under ``out/validation-scenarios``.
 
@@ -81,17 +102,9 @@ def family_validation_paths(config: ExperimentConfig, out: Path) -> list[Path]:
     """
     if config.family is None:
         raise ValueError("family_validation_paths: the experiment trains on listed scenarios, not a family")
-    family = load_family(config.family.path)
-    seeds = family.split_seeds(config.family.validation_split)[: config.family.validation_scenarios]
-    folder = out / "validation-scenarios"
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for seed in seeds:
-        path = folder / f"{scenario_name(family, seed)}.yaml"
-        path.write_text(scenario_yaml(family, seed), encoding="utf-8")
-        resolve_scenario(path)  # the written file must load as the generated scenario
-        paths.append(path)
-    return paths
+    return family_split_paths(
+        config, out / "validation-scenarios", config.family.validation_split, config.family.validation_scenarios
+    )
 
 
 def held_out_paths(config: ExperimentConfig, out: Path) -> list[Path]:

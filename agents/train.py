@@ -45,16 +45,6 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv,
 from agents.config import ExperimentConfig
 from agents.evaluate import RunSpec, run_one, scenario_paths
 from agents.export import export_policy
-from agents.grid_search import best_points
-from agents.pretrain import (
-    Demonstrations,
-    LookaheadTask,
-    behaviour_clone,
-    choose_teachers,
-    collect_demonstrations,
-    collect_lookahead_demonstrations,
-    with_candidate_scores,
-)
 from agents.registry import (
     default_tracking_uri,
     ensure_experiment,
@@ -64,6 +54,7 @@ from agents.registry import (
 )
 from agents.set_training import export_set, held_out_paths, set_env_factories, set_policy_args
 from agents.tracking import MlflowWriter, provenance_tags, run_name
+from agents.warm_start import warm_start
 from env.gym_env import PDClusterEnv
 from policies.features import ObservationLayout
 
@@ -166,116 +157,6 @@ def _export(model: MaskablePPO, venv: VecNormalize, out: Path, config: Experimen
         git_commit=commit,
         trained_on=list(config.scenarios),
     )
-
-
-def _warm_start(
-    model: MaskablePPO, venv: VecNormalize, config: ExperimentConfig, layout: ObservationLayout, out: Path
-) -> None:
-    """Behaviour cloning before PPO (see :mod:`agents.pretrain`); teachers, labels and losses go to MLflow.
-
-    The labels come from the best teacher per scenario or from the lookahead expert; with the expert, each of
-    ``dagger_iterations`` rounds then lets the student drive, has the expert label the states it reaches, and
-    refits on all labels so far.
-    """
-    pretrain = config.pretrain
-    assert pretrain is not None
-    if pretrain.expert == "lookahead":
-        demos = _lookahead_demonstrations(config, layout, out, round_index=0, driver=None)
-    else:
-        teachers = choose_teachers(scenario_paths(config.scenarios), pretrain.teachers, pretrain.seeds[0])
-        mlflow.log_dict({str(k.stem): v for k, v in teachers.items()}, "pretrain_teachers.json")
-        demos = collect_demonstrations(teachers, layout, pretrain.seeds)
-    fresh = demos.observations
-    for round_index in range(pretrain.dagger_iterations + 1):
-        if config.normalize_observations:
-            venv.obs_rms.update(fresh)
-        losses = behaviour_clone(
-            model,
-            demos,
-            venv.normalize_obs,
-            epochs=pretrain.epochs,
-            learning_rate=pretrain.learning_rate,
-            seed=config.seed + round_index,
-            pool_move_weight=pretrain.pool_move_weight,
-        )
-        name = "pretrain/nll" if round_index == 0 else f"pretrain/nll_round{round_index}"
-        for epoch, loss in enumerate(losses):
-            mlflow.log_metric(name, loss, step=epoch)
-        mlflow.log_metric("pretrain/demonstrations", len(demos), step=round_index)
-        if round_index == pretrain.dagger_iterations:
-            break
-        student = _export(model, venv, out / f"dagger-{round_index}", config, None)
-        extra = _lookahead_demonstrations(config, layout, out, round_index=round_index + 1, driver=f"learned:{student}")
-        fresh = extra.observations
-        demos = Demonstrations.concatenate([demos, extra])
-
-
-def _lookahead_demonstrations(
-    config: ExperimentConfig, layout: ObservationLayout, out: Path, *, round_index: int, driver: str | None
-) -> Demonstrations:
-    """Lookahead-expert labels on every training scenario and pretrain seed (``driver`` acts when given; DAgger)."""
-    import os
-
-    assert config.pretrain is not None
-    pretrain = config.pretrain
-    workers = pretrain.workers or os.cpu_count() or 1
-    tasks = []
-    for path in scenario_paths(config.scenarios):
-        points: list[dict[str, Any]] = []
-        if pretrain.grid_candidates > 0:  # searched on the training seeds (cached); never on evaluation seeds
-            points = best_points(path, pretrain.grid_candidates)
-        tasks.extend(
-            LookaheadTask(
-                str(path),
-                seed,
-                tuple(pretrain.teachers),
-                tuple(points),
-                layout,
-                pretrain.horizon_intervals,
-                score_candidates=driver is None or pretrain.prefer_best_alone,
-                driver=driver,
-                prefer_best_alone=pretrain.prefer_best_alone,
-                switch_margin_frac=pretrain.switch_margin_frac,
-                route_switch_margin_frac=pretrain.route_switch_margin_frac,
-            )
-            for seed in pretrain.seeds
-        )
-    if pretrain.prefer_best_alone:
-        scope = pretrain.best_alone_scope == "scenario"
-        tasks = with_candidate_scores(tasks, out / "pretrain_candidate_scores.json", workers, by_scenario=scope)
-    demos, episodes = collect_lookahead_demonstrations(tasks, workers=workers)
-    if driver is not None:  # a DAgger round: the episode's goodput is the student's own
-        scores = [e.expert_weighted_goodput_rps for e in episodes]
-        mlflow.log_metric("pretrain/student_weighted_goodput_rps", float(np.mean(scores)), step=round_index)
-        summary: dict[str, Any] = {
-            "round": round_index,
-            "driver": driver,
-            "episodes": [
-                {"scenario": e.scenario, "seed": e.seed, "student_weighted_goodput_rps": e.expert_weighted_goodput_rps}
-                for e in episodes
-            ],
-        }
-        (out / f"pretrain_dagger_round{round_index}.json").write_text(json.dumps(summary, indent=1) + "\n")
-        mlflow.log_dict(summary, f"pretrain_dagger_round{round_index}.json")
-        return demos
-    report = [
-        {
-            "scenario": e.scenario,
-            "seed": e.seed,
-            "expert_weighted_goodput_rps": e.expert_weighted_goodput_rps,
-            "best_candidate": max(e.candidate_weighted_goodput_rps, key=e.candidate_weighted_goodput_rps.__getitem__),
-            "best_candidate_weighted_goodput_rps": max(e.candidate_weighted_goodput_rps.values()),
-            "candidates": e.candidate_weighted_goodput_rps,
-            "chosen_intervals": e.chosen_intervals,
-        }
-        for e in episodes
-    ]
-    summary = {"horizon_intervals": pretrain.horizon_intervals, "episodes": report}
-    (out / "pretrain_expert.json").write_text(json.dumps(summary, indent=1) + "\n")
-    mlflow.log_dict(summary, "pretrain_expert.json")
-    gains = [r["expert_weighted_goodput_rps"] / max(r["best_candidate_weighted_goodput_rps"], 1e-9) for r in report]
-    mlflow.log_metric("pretrain/expert_over_best_candidate", float(np.mean(gains)))
-    return demos
 
 
 class EvalCheckpointCallback(BaseCallback):
@@ -445,9 +326,9 @@ def train(
             verbose=0,
         )
         model.set_logger(Logger(folder=None, output_formats=[MlflowWriter()]))
-        # 2b. optional warm start: imitate the best teacher of each training scenario
+        # 2b. optional warm start: imitate a teacher (agents.warm_start)
         if config.pretrain is not None:
-            _warm_start(model, venv, config, layout, out)
+            warm_start(model, venv, config, layout, out, lambda folder: _export(model, venv, folder, config, None))
         # 3. learn
         checkpoints = out / "checkpoints"
         eval_cb = EvalCheckpointCallback(config, venv, checkpoints, run_id, held_out)

@@ -39,6 +39,14 @@ def test_validation_seeds_default_and_custom(tmp_path: Path) -> None:
             r"exp.yaml: pretrain: .*best_alone_scope needs prefer_best_alone: true",
         ),
         ({"layout": {"pool_actions": "absolute"}}, r"layout.pool_actions: Input should be 'delta' or 'target'"),
+        (
+            {"pretrain": {"teachers": ["mpc:4", "baseline:aggregated"], "expert": "policy"}},
+            r"teachers: expert: policy takes exactly one policy spec",
+        ),
+        (
+            {"pretrain": {"teachers": ["mpc:4"], "expert": "policy"}},
+            r"pretrain.expert: layout.kind: set takes expert: policy, and expert: policy needs it",
+        ),
     ],
 )
 def test_bad_validation_seeds_and_layouts_are_refused_naming_the_field(

@@ -91,3 +91,27 @@ def test_train_on_a_family_export_load_and_decide_on_an_unseen_layout(tmp_path: 
         obs, _, _, truncated, _ = env.step(policy.act(obs, mask))
         if truncated:
             break
+
+
+def test_a_warm_start_from_a_teacher_policy_then_ppo(tmp_path: Path) -> None:
+    """``pretrain.expert: policy``: labels on the family's first training scenario, one DAgger round, then PPO."""
+    path = _experiment(tmp_path, _small_family(tmp_path))
+    data = yaml.safe_load(path.read_text())
+    data["pretrain"] = {
+        "expert": "policy",
+        "teachers": ["baseline:dynamo-legacy"],
+        "seeds": [0],
+        "family_scenarios": 1,
+        "epochs": 2,
+        "dagger_iterations": 1,
+        "workers": 1,
+    }
+    path.write_text(yaml.safe_dump(data))
+    config = load_experiment(path)
+    result = train(config, tmp_path / "run", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", progress=False)
+    assert isinstance(load_learned(result.artifact), SetPolicy)
+    assert [p.name for p in (tmp_path / "run" / "pretrain-scenarios").iterdir()] == ["small-00000.yaml"]
+    rounds = [yaml.safe_load((tmp_path / "run" / f"pretrain_set_round{i}.json").read_text()) for i in (0, 1)]
+    assert rounds[0]["driver"] is None
+    assert rounds[1]["driver"].startswith("learned:")
+    assert [e["scenario"] for e in rounds[0]["episodes"]] == ["small-00000"]
