@@ -183,6 +183,7 @@ class ControlLoop:
             overrides=polled.overrides,
             base_policy=rt.base,
             document_description="published by pdctl controller",
+            capacity=topology.capacity,
         )
 
     async def _refresh_registry_policy(self, rt: Runtime) -> None:

@@ -64,15 +64,17 @@ class Runtime:
             await actuator.close()
 
 
-def _actuator(config: RouterActuatorConfig | KubernetesActuatorConfig | DryRunActuatorConfig) -> Actuator:
+def _actuator(
+    config: RouterActuatorConfig | KubernetesActuatorConfig | DryRunActuatorConfig, groups: tuple[TenantGroup, ...]
+) -> Actuator:
     if isinstance(config, RouterActuatorConfig):
         token = config.token.get_secret_value() if config.token is not None else os.environ.get(config.token_env)
-        return RouterActuator(config.url, token, config.timeout_s)
+        return RouterActuator(config.url, token, config.timeout_s, groups)
     if isinstance(config, KubernetesActuatorConfig):
         token = config.token.get_secret_value() if config.token is not None else None
         if token is None and config.token_file is not None and not config.token_file.is_file():
             raise RuntimeConfigError(f"kubernetes actuator: cannot read token_file {config.token_file}: no such file")
-        groups = {
+        workloads = {
             name: (Workload(g.prefill.kind, g.prefill.name), Workload(g.decode.kind, g.decode.name))
             for name, g in config.groups.items()
         }
@@ -80,11 +82,12 @@ def _actuator(config: RouterActuatorConfig | KubernetesActuatorConfig | DryRunAc
             config.api_url,
             config.namespace,
             token,
-            groups,
+            workloads,
             config.timeout_s,
             config.ca_file,
             config.insecure_skip_tls_verify,
             token_file=config.token_file,
+            bounds=groups,
         )
     return DryRunActuator()
 
@@ -163,7 +166,7 @@ def build_runtime(config: ControllerConfig, generation: int, started_s: float) -
         policy=policy,
         guard=SafetyGuard(config.guard.limits()),
         source=source,
-        actuators=tuple(_actuator(a) for a in config.actuators),
+        actuators=tuple(_actuator(a, groups) for a in config.actuators),
         tenants=tuple(tp.tenant for tp in base.tenants.values()),
         groups=groups,
         topology=_initial_topology(config, groups),
