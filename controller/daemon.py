@@ -68,6 +68,7 @@ class Daemon:
             lambda: self.loop.healthy_age_s,
             lambda: self.loop.runtime.config.interval_s * self.loop.runtime.config.heartbeat_timeout_intervals,
             lambda: self.loop.ready,
+            lambda: self.loop.not_ready_reasons,
         )
 
     async def reload(self) -> bool:

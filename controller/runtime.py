@@ -30,7 +30,7 @@ from controller.sources.window import WindowBuilder, WindowQueries
 from policies.base import Policy
 from policies.guard import SafetyGuard
 from policies.policy_file import PolicyFileError, ResolvedPolicy, load_policy_file, resolve_policy
-from policies.registry import PolicySpecError, load_policy
+from policies.registry import PolicySpecError, layout_problem, load_policy
 from policies.rules import FilePolicy
 from policies.schema import PoolTargets, Tenant, TenantGroup
 from policies.watchdog import SloWatchdog
@@ -130,6 +130,10 @@ def build_runtime(config: ControllerConfig, generation: int, started_s: float) -
     except (PolicyFileError, PolicySpecError) as exc:
         raise RuntimeConfigError(str(exc)) from None
     groups = tuple(base.groups.values())
+    tenants = tuple(tp.tenant for tp in base.tenants.values())
+    layout = layout_problem(policy, [t.name for t in tenants], [g.name for g in groups])
+    if layout is not None:
+        raise RuntimeConfigError(layout)
     group_names = {g.name for g in groups}
     problems = [
         f"instance {i.id!r} names tenant group {i.group!r}, not in {config.policy_file}"
@@ -167,7 +171,7 @@ def build_runtime(config: ControllerConfig, generation: int, started_s: float) -
         guard=SafetyGuard(config.guard.limits()),
         source=source,
         actuators=tuple(_actuator(a, groups) for a in config.actuators),
-        tenants=tuple(tp.tenant for tp in base.tenants.values()),
+        tenants=tenants,
         groups=groups,
         topology=_initial_topology(config, groups),
     )
