@@ -9,7 +9,6 @@ A missing or wrong token is ``401``.
 from __future__ import annotations
 
 import hmac
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from policies.policy_file import PolicyFile, PolicyFileError, ResolvedPolicy, load_policy_data, resolve_policy
+from router.limits import BodyError, parse_json
 from router.registry import InstanceRegistry, Role
 
 __all__ = ["AdminApi", "PolicyState", "document_of", "policy_state_from"]
@@ -64,6 +64,7 @@ class AdminApi:
         registry: InstanceRegistry,
         transfer_healthy: Callable[[], bool],
         on_roles_changed: Callable[[], None],
+        max_json_depth: int = 64,
     ) -> None:
         self._token = token
         self._get_policy = get_policy
@@ -71,6 +72,7 @@ class AdminApi:
         self._registry = registry
         self._transfer_healthy = transfer_healthy
         self._on_roles_changed = on_roles_changed
+        self._max_json_depth = max_json_depth
 
     def add_routes(self, app: web.Application) -> None:
         """Register the admin routes on ``app``."""
@@ -93,12 +95,11 @@ class AdminApi:
             headers={"WWW-Authenticate": "Bearer"},
         )
 
-    @staticmethod
-    async def _json_object(request: web.Request) -> dict[str, Any]:
+    async def _json_object(self, request: web.Request) -> dict[str, Any]:
         try:
-            body = json.loads(await request.read())
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise _BadRequest("<body>", f"body is not valid JSON: {exc}") from None
+            body = parse_json(await request.read(), self._max_json_depth)
+        except BodyError as exc:
+            raise _BadRequest("<body>", exc.message) from None
         if not isinstance(body, dict):
             raise _BadRequest("<body>", "body must be a JSON object")
         return body

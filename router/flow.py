@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -40,6 +39,7 @@ from router.admin import PolicyState
 from router.config import RouterConfig
 from router.decide import Planner
 from router.estimates import TransferHealth
+from router.limits import parse_json
 from router.pd import decode_body, forwarded_headers, local_body, prefill_body, prefill_params
 from router.registry import Instance, InstanceRegistry
 from router.relay import RelayResult, is_error_event, relay, sse_error_event
@@ -135,10 +135,7 @@ class RequestFlow:
         arrival = self._now()
         arrival_ts = time.time()
         raw = await request.read()
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return json_error(400, f"JSON decode error: {exc}", "BadRequestError")
+        body = parse_json(raw, self.config.limits.max_json_depth)  # a BodyError is answered 400 by the middleware
         if not isinstance(body, dict):
             return json_error(400, "the request body must be a JSON object", "BadRequestError")
         headers = request.headers

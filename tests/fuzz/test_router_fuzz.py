@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import logging
 import threading
@@ -69,7 +70,8 @@ class Served:
         self, method: str, path: str, data: bytes | None, headers: dict[str, str]
     ) -> tuple[int, bytes, str]:
         c = self.cluster
-        async with c.session.request(method, c.url + path, data=data, headers=headers) as resp:
+        payload = io.BytesIO(data) if data is not None and len(data) > 1024**2 else data  # large: no loop lock
+        async with c.session.request(method, c.url + path, data=payload, headers=headers) as resp:
             return resp.status, await resp.read(), resp.headers.get("Content-Type", "")
 
     def call(self, method: str, path: str, data: bytes | None = None, **headers: str) -> tuple[int, bytes, str]:
@@ -243,6 +245,33 @@ def test_admin_bodies_are_applied_or_refused_and_change_nothing(served: Served, 
         assert _comparable(served.state()) == _comparable(before)
     if roles and status == 200:  # put the roles back so later examples start from one prefill + one decode
         assert served.admin("PUT", "/admin/roles", {"roles": {"p0": "prefill", "d0": "decode"}})[0] == 200
+
+
+@settings(max_examples=40, deadline=None)
+@given(depth=st.integers(65, 20_000), open_close=st.sampled_from([("[", "]"), ('{"a":', "}")]), admin=st.booleans())
+def test_deep_nesting_is_a_json_400_on_both_apis(
+    served: Served, depth: int, open_close: tuple[str, str], admin: bool
+) -> None:
+    opening, closing = open_close
+    raw = (opening * depth + ("1" if opening != "[" else "") + closing * depth).encode()
+    before = served.state()
+    path, method = ("/admin/policy", "PUT") if admin else ("/v1/completions", "POST")
+    status, answer, _ = served.call(method, path, raw, Authorization=f"Bearer {ADMIN_TOKEN}")
+    assert status == 400, (status, answer[:200])
+    assert "nested too deeply" in json.loads(answer)["error"]["message"]
+    assert _comparable(served.state()) == _comparable(before)
+
+
+def test_oversized_bodies_are_a_json_413_on_both_apis(served: Served) -> None:
+    before = served.state()
+    data_limit, admin_limit = 16 * 1024**2, 1024**2  # router/config.py LimitsConfig defaults
+    for method, path, size in (("POST", "/v1/completions", data_limit + 1), ("PUT", "/admin/policy", admin_limit + 1)):
+        raw = b'{"prompt": "' + b"x" * (size - 14) + b'"}'
+        status, answer, content_type = served.call(method, path, raw, Authorization=f"Bearer {ADMIN_TOKEN}")
+        assert status == 413, (path, status)
+        assert content_type.startswith("application/json")
+        assert "exceeds the limit" in json.loads(answer)["error"]["message"]
+    assert _comparable(served.state()) == _comparable(before)
 
 
 @settings(max_examples=60, deadline=None)
