@@ -5,6 +5,10 @@ and decode (the router drains an instance before it takes its new role); ``GET /
 back (see ``docs/admin-api.md``). The router cannot add instances: a pool target is realised as a split of
 the group's existing instances, and the instances whose role changes are the fewest possible.
 
+Policy writes are compare-and-set: each names the generation after the one the router last reported, so a
+write computed from a state another writer has since changed is refused (``409``, outcome ``rejected``) and
+the next tick starts from a fresh reading.
+
 A policy document that puts in force the policy the router last reported (``GET /admin/state``, read every
 tick) is not sent again: after an unknown outcome the next publication happens only if the state read back
 shows it did not take effect, and a restarted controller does not bump the router's generation for nothing.
@@ -81,6 +85,12 @@ def _max_of(group: TenantGroup | None, role: str) -> int:
 _SOURCE = "admin:policy"
 
 
+def _generation(body: object) -> int | None:
+    """The ``generation`` of an admin API reply, if it has one."""
+    value = body.get("generation") if isinstance(body, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def policy_in_force(document: object) -> ResolvedPolicy | None:
     """The typed policy ``document`` puts in force, as the router's loader resolves it; ``None`` if refused.
 
@@ -103,6 +113,7 @@ class RouterActuator:
         self._session: aiohttp.ClientSession | None = None
         self.latch = UnknownOutcomeLatch()
         self._live_policy: ResolvedPolicy | None = None
+        self._live_generation: int | None = None
 
     @property
     def name(self) -> str:
@@ -119,9 +130,11 @@ class RouterActuator:
         reply = await call(self._http(), "GET", f"{self.url}/admin/state", headers=self._headers)
         if reply.outcome is not Outcome.APPLIED or not isinstance(reply.body, dict):
             self._live_policy = None  # not read this tick: publish rather than trust an older reading
+            self._live_generation = None
             return None
         self.latch.clear()
         self._live_policy = policy_in_force(reply.body.get("policy"))
+        self._live_generation = _generation(reply.body)
         live = {str(i.get("id")): i for i in reply.body.get("instances", []) if isinstance(i, dict)}
         instances: list[InstanceInfo] = []
         for info in topology.instances:
@@ -153,16 +166,23 @@ class RouterActuator:
         if planned is not None and planned == self._live_policy:
             document = None  # already in force
         if document is not None:
+            if self._live_generation is None:  # compare-and-set needs the generation the router holds
+                read = await call(self._http(), "GET", f"{self.url}/admin/state", headers=self._headers)
+                self._live_generation = _generation(read.body) if read.outcome is Outcome.APPLIED else None
+                if self._live_generation is None:  # a GET changes nothing: refused or not, never an unknown outcome
+                    refused = read.outcome is Outcome.REJECTED
+                    return self._failed(Outcome.REJECTED if refused else Outcome.FAILED, read.detail)
             reply = await call(
                 self._http(),
                 "PUT",
                 f"{self.url}/admin/policy",
-                body={"policy": document},
+                body={"generation": self._live_generation + 1, "policy": document},
                 headers=self._headers,
             )
             if reply.outcome is not Outcome.APPLIED:
                 return self._failed(reply.outcome, reply.detail)
             self._live_policy = planned  # in force now, until the next reading says otherwise
+            self._live_generation = _generation(reply.body)
             done.append("policy")
         changes = role_changes(topology, plan.pools, self.groups)
         if changes:
@@ -177,7 +197,8 @@ class RouterActuator:
         return ActuationResult(self.name, Outcome.APPLIED, "; ".join(done))
 
     def _failed(self, outcome: Outcome, detail: str) -> ActuationResult:
-        self._live_policy = None  # whatever we knew may be stale now
+        self._live_policy = None  # whatever we knew may be stale now (a 409: another writer was first)
+        self._live_generation = None
         if outcome is Outcome.UNKNOWN:
             self.latch.trip(detail)
         return ActuationResult(self.name, outcome, detail)
