@@ -8,12 +8,14 @@ from pathlib import Path
 
 from controller.config import ConfigError, config_schema
 from controller.daemon import run
+from controller.lease import LeaseHeldError
 from controller.logs import configure_logging
 from controller.runtime import RuntimeConfigError
 
 __all__ = ["main"]
 
 EXIT_CONFIG = 2
+EXIT_LEASE = 3
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, RuntimeConfigError) as exc:
         sys.stderr.write(f"{exc}\n")
         return EXIT_CONFIG
+    except LeaseHeldError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return EXIT_LEASE
     return 0
 
 

@@ -232,6 +232,11 @@ class ControllerConfig(BaseSettings):
     policy_file: Path = Field(description="base policy file: tenants, SLOs, tenant groups, base thresholds")
     override_dir: Path | None = Field(None, description="directory watched for override policy files")
     audit_log: Path | None = Field(None, description="append-only JSONL audit log of every decision")
+    lease_file: Path | None = Field(
+        None,
+        description="lease file an active controller holds (flock) so that a second one for the same targets is "
+        "refused; default $PDCTL_DATA_DIR (or ./data)/controller-<hash of the actuated targets>.lease",
+    )
     listen: ListenConfig = ListenConfig()
     source: SourceConfig = Field(default_factory=ScrapeSourceConfig, description="metric source")
     instances: list[InstanceConfig] = Field(default_factory=list, description="serving instances (topology)")
@@ -289,7 +294,7 @@ class ConfigError(ValueError):
 
 def _resolve_paths(data: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     out = dict(data)
-    for key in ("policy_file", "override_dir", "audit_log"):
+    for key in ("policy_file", "override_dir", "audit_log", "lease_file"):
         value = out.get(key)
         if isinstance(value, str) and not Path(value).is_absolute():
             out[key] = str(base_dir / value)

@@ -4,7 +4,9 @@ Root tasks: the tick loop and the reload handler; the health server runs beside 
 the stop flag (the current tick finishes, then everything closes); SIGHUP asks for a reload: the config file
 is read and the whole new runtime is built and validated first; only then is it swapped in (a bad config
 keeps the old one, counted in ``pdctl_controller_config_reloads_total{result="error"}``). If a root task
-ends unexpectedly, the daemon stops rather than limping on.
+ends unexpectedly, the daemon stops rather than limping on. An active controller that actuates holds its lease
+file (:mod:`controller.lease`) from start to stop; a second one is refused at start (a reload that would need a
+lease another process holds is refused too).
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from prometheus_client import CollectorRegistry
 
 from controller.audit import AuditLog
 from controller.clock import Clock, WallClock
-from controller.config import ConfigError, load_config
+from controller.config import ConfigError, ControllerConfig, load_config
 from controller.health import HealthServer
+from controller.lease import Lease, LeaseHeldError, lease_path
 from controller.loop import ControlLoop
 from controller.overrides import OverrideWatcher
 from controller.runtime import RuntimeConfigError, build_runtime
@@ -63,11 +66,14 @@ class Daemon:
         self.loop = ControlLoop(
             runtime, self.clock, self.telemetry, AuditLog(config.audit_log), OverrideWatcher(config.override_dir)
         )
+        path = lease_path(config)
+        self.lease: Lease | None = None if path is None else Lease(path)
         self.health = HealthServer(
             self.registry,
             lambda: self.loop.healthy_age_s,
             lambda: self.loop.runtime.config.interval_s * self.loop.runtime.config.heartbeat_timeout_intervals,
             lambda: self.loop.ready,
+            lambda: self.loop.not_ready_reasons,
         )
 
     async def reload(self) -> bool:
@@ -80,6 +86,12 @@ class Daemon:
             self.telemetry.reloads.labels(result="error").inc()
             _log.error("reload refused, keeping generation %d: %s", old.generation, "; ".join(str(exc).splitlines()))
             return False
+        try:
+            lease = self._lease_for(config)
+        except LeaseHeldError as exc:
+            self.telemetry.reloads.labels(result="error").inc()
+            _log.error("reload refused, keeping generation %d: %s", old.generation, exc)
+            return False
         if config.listen != old.config.listen:
             _log.warning("reload: listen address changes take effect after a restart")
         if config.audit_log != old.config.audit_log:
@@ -87,11 +99,29 @@ class Daemon:
         if config.override_dir != old.config.override_dir:
             self.loop.watcher = OverrideWatcher(config.override_dir)
         await self.loop.swap(runtime)
+        if lease is not self.lease and self.lease is not None:
+            self.lease.release()
+        self.lease = lease
         self.telemetry.reloads.labels(result="ok").inc()
         _log.info(
             "reloaded: generation %d, policy %s, mode %s", runtime.generation, runtime.policy.policy_id, config.mode
         )
         return True
+
+    def _lease_for(self, config: ControllerConfig) -> Lease | None:
+        """The lease ``config`` needs, taken (the current one if it is the same path).
+
+        Raises:
+            LeaseHeldError: another process holds it.
+        """
+        path = lease_path(config)
+        if path is None:
+            return None
+        if self.lease is not None and self.lease.path == path:
+            return self.lease
+        lease = Lease(path)
+        lease.acquire()
+        return lease
 
     async def _ticks(self) -> None:
         while not self.signals.stop.is_set():
@@ -122,6 +152,8 @@ class Daemon:
     async def run(self, *, install_signals: bool = True) -> None:
         """Run until stopped; always closes what it opened."""
         config = self.loop.runtime.config
+        if self.lease is not None:
+            self.lease.acquire()  # LeaseHeldError: another controller writes to these targets
         if install_signals:
             self.install_signal_handlers()
         port = await self.health.start(config.listen.host, config.listen.port)
@@ -152,6 +184,8 @@ class Daemon:
                     await asyncio.wait_for(task, timeout=10.0)
             await self.health.stop()
             await self.loop.runtime.close()
+            if self.lease is not None:
+                self.lease.release()
             _log.info("controller stopped")
 
 

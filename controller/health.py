@@ -1,8 +1,13 @@
-"""The daemon's HTTP endpoints: ``/healthz`` (loop heartbeat fresh), ``/readyz``, ``/metrics``."""
+"""The daemon's HTTP endpoints: ``/healthz`` (loop heartbeat fresh), ``/readyz``, ``/metrics``.
+
+``/readyz`` is 503 with the reasons (``{"status": "not ready", "reasons": [...]}``) until the first fresh
+observation, while an actuator cannot read the cluster, while the metric source is stale or down, and from a
+tick whose policy raised until the policy decides again.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -19,17 +24,19 @@ class HealthServer:
         heartbeat_age_s: Callable[[], float | None],
         max_heartbeat_age_s: Callable[[], float],
         ready: Callable[[], bool],
+        not_ready_reasons: Callable[[], Sequence[str]] = tuple,
     ) -> None:
         self._registry = registry
         self._age = heartbeat_age_s
         self._max_age = max_heartbeat_age_s
         self._ready = ready
+        self._reasons = not_ready_reasons
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
 
     def app(self) -> web.Application:
         """The aiohttp application."""
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 1024)  # GET only: no request needs a body
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
@@ -46,7 +53,7 @@ class HealthServer:
         del request
         if self._ready():
             return web.json_response({"status": "ready"})
-        return web.json_response({"status": "not ready"}, status=503)
+        return web.json_response({"status": "not ready", "reasons": list(self._reasons())}, status=503)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         del request

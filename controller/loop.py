@@ -78,6 +78,10 @@ class _LoopState:
     last_tick_s: float | None = None
     first_observation: bool = False
     actuators_ready: bool = False
+    stale: bool = False
+    """The last tick's window was stale (older than ``max_staleness_s``) or its source failed."""
+    policy_error: str | None = None
+    """Set by a tick whose policy raised; cleared by the first tick the policy (not a fallback) decides again."""
 
     @property
     def policy_thresholds(self) -> Mapping[str, RoutingThresholds]:
@@ -137,9 +141,24 @@ class ControlLoop:
         return self.clock.monotonic() - self.state.last_tick_s
 
     @property
+    def not_ready_reasons(self) -> list[str]:
+        """Why the controller is not ready (empty: ready), one short line each."""
+        s = self.state
+        reasons: list[str] = []
+        if not s.first_observation:
+            reasons.append("no fresh observation yet")
+        if not s.actuators_ready:
+            reasons.append("an actuator could not read the cluster state at the last tick")
+        if s.stale:
+            reasons.append(f"metric source stale (older than {self.runtime.guard.limits.max_staleness_s:g} s) or down")
+        if s.policy_error is not None:
+            reasons.append(f"policy raised: {s.policy_error}")
+        return reasons
+
+    @property
     def ready(self) -> bool:
-        """First observation done and every actuator reachable at the last tick."""
-        return self.state.first_observation and self.state.actuators_ready
+        """First observation done, actuators reachable, the window fresh and the policy not failing."""
+        return not self.not_ready_reasons
 
     # ------------------------------------------------------------------------------------------- ticks
 
@@ -183,6 +202,7 @@ class ControlLoop:
             overrides=polled.overrides,
             base_policy=rt.base,
             document_description="published by pdctl controller",
+            capacity=topology.capacity,
         )
 
     async def _refresh_registry_policy(self, rt: Runtime) -> None:
@@ -213,6 +233,15 @@ class ControlLoop:
         effects = control_step(rt.policy, inputs, self.state.control, rt.guard, hold_on_policy_error=True)
         if effects.policy_exception is not None:  # a policy bug must not stop the daemon: held, and reported
             _log.error("policy %s failed; holding", rt.policy.policy_id, exc_info=effects.policy_exception)
+        policy_error = effects.policy_error or (None if effects.watchdog is None else effects.watchdog.primary_error)
+        if policy_error is not None:
+            self.telemetry.policy_errors.inc()
+            if effects.policy_exception is None:
+                _log.error("policy %s raised; the watchdog's fallback decides: %s", rt.policy.policy_id, policy_error)
+            self.state.policy_error = policy_error
+        elif not effects.in_fallback:
+            self.state.policy_error = None
+        self.state.stale = effects.stale or observed.error is not None
         plan = Plan(generation, effects.policy_document, effects.pool_changes)
         if observed.error is None and not effects.stale:
             self.state.first_observation = True
@@ -230,8 +259,8 @@ class ControlLoop:
         self.state.control = effects.next_state(applied=applied)
         self._metrics(rt, window, observed.error, effects, polled, plan, topology, results)
         record = self._record(rt, window, observed.error, effects, polled, plan, results, False)
-        if effects.policy_error is not None:
-            record = {**record, "policy_error": effects.policy_error}
+        if policy_error is not None:
+            record = {**record, "policy_error": policy_error}
         self._emit(record)
         return TickRecord(record, window, effects.action, plan, results)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from policies.base import Policy, PolicyContext
 from policies.features import Observation
 from policies.policy_file import ResolvedPolicy
-from policies.registry import PolicySpecError, load_artifact_dir
+from policies.registry import PolicySpecError, layout_problem, load_artifact_dir
 from policies.schema import ControlAction
 
 __all__ = ["AliasTarget", "RegistryPolicy", "mlflow_resolver", "resolve_alias", "tracking_uri_or_default"]
@@ -155,6 +155,9 @@ class RegistryPolicy:
             policy = load_artifact_dir(local, f"{self.spec}#v{target.version}")
         except (ValueError, OSError) as exc:
             return self._failed(f"version {target.version}: {str(exc).splitlines()[0]}")
+        problem = layout_problem(policy, list(self.base.tenants), list(self.base.groups))
+        if problem is not None:  # it would fail (or drive tenants it never saw) on every tick: refused now
+            return self._failed(f"version {target.version}: {problem}")
         with self._lock:
             previous, self._inner, self.version = self.version, policy, target.version
         self.loads_ok += 1

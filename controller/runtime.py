@@ -30,7 +30,7 @@ from controller.sources.window import WindowBuilder, WindowQueries
 from policies.base import Policy
 from policies.guard import SafetyGuard
 from policies.policy_file import PolicyFileError, ResolvedPolicy, load_policy_file, resolve_policy
-from policies.registry import PolicySpecError, load_policy
+from policies.registry import PolicySpecError, layout_problem, load_policy
 from policies.rules import FilePolicy
 from policies.schema import PoolTargets, Tenant, TenantGroup
 from policies.watchdog import SloWatchdog
@@ -64,15 +64,17 @@ class Runtime:
             await actuator.close()
 
 
-def _actuator(config: RouterActuatorConfig | KubernetesActuatorConfig | DryRunActuatorConfig) -> Actuator:
+def _actuator(
+    config: RouterActuatorConfig | KubernetesActuatorConfig | DryRunActuatorConfig, groups: tuple[TenantGroup, ...]
+) -> Actuator:
     if isinstance(config, RouterActuatorConfig):
         token = config.token.get_secret_value() if config.token is not None else os.environ.get(config.token_env)
-        return RouterActuator(config.url, token, config.timeout_s)
+        return RouterActuator(config.url, token, config.timeout_s, groups)
     if isinstance(config, KubernetesActuatorConfig):
         token = config.token.get_secret_value() if config.token is not None else None
         if token is None and config.token_file is not None and not config.token_file.is_file():
             raise RuntimeConfigError(f"kubernetes actuator: cannot read token_file {config.token_file}: no such file")
-        groups = {
+        workloads = {
             name: (Workload(g.prefill.kind, g.prefill.name), Workload(g.decode.kind, g.decode.name))
             for name, g in config.groups.items()
         }
@@ -80,11 +82,12 @@ def _actuator(config: RouterActuatorConfig | KubernetesActuatorConfig | DryRunAc
             config.api_url,
             config.namespace,
             token,
-            groups,
+            workloads,
             config.timeout_s,
             config.ca_file,
             config.insecure_skip_tls_verify,
             token_file=config.token_file,
+            bounds=groups,
         )
     return DryRunActuator()
 
@@ -127,6 +130,10 @@ def build_runtime(config: ControllerConfig, generation: int, started_s: float) -
     except (PolicyFileError, PolicySpecError) as exc:
         raise RuntimeConfigError(str(exc)) from None
     groups = tuple(base.groups.values())
+    tenants = tuple(tp.tenant for tp in base.tenants.values())
+    layout = layout_problem(policy, [t.name for t in tenants], [g.name for g in groups])
+    if layout is not None:
+        raise RuntimeConfigError(layout)
     group_names = {g.name for g in groups}
     problems = [
         f"instance {i.id!r} names tenant group {i.group!r}, not in {config.policy_file}"
@@ -163,8 +170,8 @@ def build_runtime(config: ControllerConfig, generation: int, started_s: float) -
         policy=policy,
         guard=SafetyGuard(config.guard.limits()),
         source=source,
-        actuators=tuple(_actuator(a) for a in config.actuators),
-        tenants=tuple(tp.tenant for tp in base.tenants.values()),
+        actuators=tuple(_actuator(a, groups) for a in config.actuators),
+        tenants=tenants,
         groups=groups,
         topology=_initial_topology(config, groups),
     )

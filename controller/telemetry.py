@@ -74,6 +74,11 @@ class Telemetry:
             ["actuator", "outcome"],
             registry=registry,
         )
+        self.policy_errors = Counter(
+            p + "policy_errors_total",
+            "Ticks on which the policy (or the SLO watchdog's primary) raised; the tick held or the fallback decided.",
+            registry=registry,
+        )
         self.reloads = Counter(p + "config_reloads_total", "Config reloads by result.", ["result"], registry=registry)
 
     def set_policy(self, policy_id: str, generation: int, mode: str) -> None:

@@ -31,6 +31,9 @@ class PolicyContext:
             relaxes back towards).
         now_s: decision time in seconds (wall or virtual, as the caller's clock says).
         interval_s: control interval in seconds.
+        capacity: per tenant group, the most instances it can run now when its instance set is fixed (the
+            router actuator moves existing instances between roles and cannot add any): its healthy instances.
+            A group not listed is bounded by its GPU budget alone.
     """
 
     tenants: tuple[Tenant, ...]
@@ -40,6 +43,12 @@ class PolicyContext:
     base_thresholds: Mapping[str, RoutingThresholds] = field(default_factory=dict)
     now_s: float = 0.0
     interval_s: float = 10.0
+    capacity: Mapping[str, int] = field(default_factory=dict)
+
+    def max_instances(self, group: TenantGroup) -> int:
+        """Instances ``group`` may run now: its GPU budget, capped by its live :attr:`capacity` when known."""
+        live = self.capacity.get(group.name)
+        return group.max_instances if live is None else min(group.max_instances, max(live, 0))
 
     def observation_context(self) -> ObservationContext:
         """The subset :func:`policies.features.build_observation` needs."""

@@ -87,6 +87,8 @@ class ControlInputs:
         overrides: overrides known now (expired ones are ignored).
         base_policy: the resolved base policy; when given, the effects carry the policy document to publish.
         document_description: ``description`` of that document.
+        capacity: per group, the healthy instances when the group's instance set is fixed
+            (:attr:`~policies.base.PolicyContext.capacity`); absent groups are bounded by their budget alone.
     """
 
     window: MetricWindow
@@ -100,6 +102,7 @@ class ControlInputs:
     overrides: Sequence[Override] = ()
     base_policy: ResolvedPolicy | None = None
     document_description: str = ""
+    capacity: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +183,7 @@ def policy_context(inputs: ControlInputs, state: ControlState) -> PolicyContext:
         base_thresholds=inputs.base_thresholds,
         now_s=inputs.now_s,
         interval_s=inputs.interval_s,
+        capacity=inputs.capacity,
     )
 
 

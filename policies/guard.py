@@ -5,13 +5,16 @@ budget, running counts), the metric window the action was computed from and the 
 clocks and hysteresis streaks), and returns the clamped action, one :class:`Clamp` per adjustment and the
 next state. Nothing is mutated.
 
-Checks per tenant group, in order (each can only move the target towards what is running; a group running
-outside its bounds or budget is moved towards them, at most ``max_step_per_tick`` per pool and never down on
-stale or missing data):
+Checks per tenant group, in order (each can only move the target towards what is running or what is
+feasible; a group running outside its bounds or budget is moved towards them, at most ``max_step_per_tick``
+per pool and never down on stale or missing data; :mod:`policies.pool_clamp` has the details):
 
 1. no running counts for the group, or no opinion → nothing to do;
-2. pool bounds (``min_*``/``max_*``; a missing max means "what the budget allows");
-3. GPU budget: increases are cut until ``(prefill + decode) × gpus_per_instance <= gpu_budget``;
+2. pool bounds (``min_*``/``max_*``; a missing max means "what the budget allows"; decode keeps at least one
+   instance, which every request needs; an empty prefill pool fails no request: the router serves locally);
+3. what may run: increases are cut until ``prefill + decode`` fits the GPU budget and the group's **live
+   capacity** (``context.capacity``: its healthy instances when the instance set is fixed, as under the router
+   actuator; ``live_capacity``); no pool leaves its bounds to bring the other into them;
 4. max step: each pool moves at most ``max_step_per_tick`` instances per tick;
 5. never scale down on stale data (``staleness_s > max_staleness_s``) or on missing data for the group
    (no group window, no decode KV usage, or a tenant of the group without a request rate);
@@ -41,12 +44,12 @@ operator's rollback is an override, applied after the guard, and is never held b
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 
 from policies.base import PolicyContext
-from policies.schema import ControlAction, MetricWindow, PoolTargets, RoutingThresholds, TenantGroup
+from policies.pool_clamp import Clamp, ClampReason, PoolClamp, group_data_complete
+from policies.schema import ControlAction, MetricWindow, PoolTargets, RoutingThresholds
 
 __all__ = [
     "ORDERED_THRESHOLD_FIELDS",
@@ -73,26 +76,6 @@ ORDERED_THRESHOLD_FIELDS: tuple[str, ...] = (
 )
 """Numeric fields of :class:`~policies.schema.RoutingThresholds` that have a direction (up / down): the ones the
 dead band and the reversal hold look at. Every other field is a switch or a set (no direction)."""
-
-
-class ClampReason(enum.StrEnum):
-    """Why the guard changed an action. Append-only: values are exported as metric labels."""
-
-    UNKNOWN_GROUP = "unknown_group"
-    UNKNOWN_TENANT = "unknown_tenant"
-    BELOW_MIN = "below_min"
-    ABOVE_MAX = "above_max"
-    GPU_BUDGET = "gpu_budget"
-    MAX_STEP = "max_step"
-    STALE_NO_SCALE_DOWN = "stale_no_scale_down"
-    MISSING_NO_SCALE_DOWN = "missing_no_scale_down"
-    PENDING_CHANGE = "pending_change"
-    COOLDOWN = "cooldown"
-    HYSTERESIS = "hysteresis"
-    STALE_HOLD_THRESHOLDS = "stale_hold_thresholds"
-    THRESHOLD_COOLDOWN = "threshold_cooldown"
-    THRESHOLD_DEAD_BAND = "threshold_dead_band"
-    THRESHOLD_REVERSAL = "threshold_reversal"
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,30 +145,12 @@ class GuardState:
 
 
 @dataclass(frozen=True, slots=True)
-class Clamp:
-    """One adjustment the guard made."""
-
-    scope: str
-    name: str
-    reason: ClampReason
-    detail: str = ""
-
-    def as_dict(self) -> dict[str, str]:
-        """JSON-friendly form for logs and the audit trail."""
-        return {"scope": self.scope, "name": self.name, "reason": self.reason.value, "detail": self.detail}
-
-
-@dataclass(frozen=True, slots=True)
 class GuardResult:
     """The guarded action, what was clamped, and the guard's next state."""
 
     action: ControlAction
     clamps: tuple[Clamp, ...]
     state: GuardState
-
-
-def _sign(value: int) -> int:
-    return (value > 0) - (value < 0)
 
 
 def _relative_change(old: float, new: float) -> float:
@@ -209,101 +174,6 @@ _UNORDERED_THRESHOLD_FIELDS: tuple[str, ...] = tuple(
 )
 
 
-def _group_data_complete(window: MetricWindow, context: PolicyContext, group: str) -> bool:
-    group_window = window.groups.get(group)
-    if group_window is None or group_window.decode_kv_usage_frac is None:
-        return False
-    for tenant in context.tenants_of(group):
-        tenant_window = window.tenants.get(tenant.name)
-        if tenant_window is None or tenant_window.request_rate_rps is None:
-            return False
-    return True
-
-
-@dataclass(slots=True)
-class _GroupClamp:
-    """Working state while one group's target is clamped."""
-
-    group: TenantGroup
-    current: PoolTargets
-    prefill: int
-    decode: int
-    clamps: list[Clamp]
-
-    def note(self, reason: ClampReason, detail: str) -> None:
-        self.clamps.append(Clamp("group", self.group.name, reason, detail))
-
-    def hold(self, reason: ClampReason, detail: str) -> None:
-        if (self.prefill, self.decode) != (self.current.num_prefill, self.current.num_decode):
-            self.note(reason, detail)
-        self.prefill, self.decode = self.current.num_prefill, self.current.num_decode
-
-    def bounds(self) -> None:
-        g = self.group
-        max_prefill = g.max_prefill if g.max_prefill is not None else g.max_instances
-        max_decode = g.max_decode if g.max_decode is not None else g.max_instances
-        for pool, low, high in (("prefill", g.min_prefill, max_prefill), ("decode", g.min_decode, max_decode)):
-            value = self.prefill if pool == "prefill" else self.decode
-            clamped = min(max(value, low), high)
-            if clamped != value:
-                reason = ClampReason.BELOW_MIN if value < low else ClampReason.ABOVE_MAX
-                self.note(reason, f"{pool} {value} -> {clamped}")
-                if pool == "prefill":
-                    self.prefill = clamped
-                else:
-                    self.decode = clamped
-
-    def budget(self, *, shrink: bool) -> None:
-        over = self.prefill + self.decode - self.group.max_instances
-        if over <= 0:
-            return
-        before = (self.prefill, self.decode)
-        # Cut increases first (the larger increase first); then, if allowed, shrink pools above their minimum.
-        for pool in sorted(("prefill", "decode"), key=self._increase, reverse=True):
-            cut = min(over, max(self._increase(pool), 0))
-            self._add(pool, -cut)
-            over -= cut
-        if shrink:
-            for pool, low in (("prefill", self.group.min_prefill), ("decode", self.group.min_decode)):
-                value = self.prefill if pool == "prefill" else self.decode
-                cut = min(over, max(value - low, 0))
-                self._add(pool, -cut)
-                over -= cut
-        after = (self.prefill, self.decode)
-        self.note(ClampReason.GPU_BUDGET, f"{before} -> {after} (budget {self.group.max_instances} instances)")
-
-    def step(self, max_step: int) -> None:
-        before = (self.prefill, self.decode)
-        cur = self.current
-        self.prefill = min(max(self.prefill, cur.num_prefill - max_step), cur.num_prefill + max_step)
-        self.decode = min(max(self.decode, cur.num_decode - max_step), cur.num_decode + max_step)
-        if (self.prefill, self.decode) != before:
-            self.note(ClampReason.MAX_STEP, f"{before} -> {(self.prefill, self.decode)}")
-
-    def no_scale_down(self, reason: ClampReason) -> None:
-        before = (self.prefill, self.decode)
-        self.prefill = max(self.prefill, self.current.num_prefill)
-        self.decode = max(self.decode, self.current.num_decode)
-        if (self.prefill, self.decode) != before:
-            self.note(reason, f"{before} -> {(self.prefill, self.decode)}")
-            self.budget(shrink=False)
-
-    def _increase(self, pool: str) -> int:
-        if pool == "prefill":
-            return self.prefill - self.current.num_prefill
-        return self.decode - self.current.num_decode
-
-    def _add(self, pool: str, delta: int) -> None:
-        if pool == "prefill":
-            self.prefill += delta
-        else:
-            self.decode += delta
-
-    @property
-    def direction(self) -> tuple[int, int]:
-        return (_sign(self.prefill - self.current.num_prefill), _sign(self.decode - self.current.num_decode))
-
-
 class SafetyGuard:
     """Clamps actions to bounds, budget, step, cooldown and hysteresis (see the module docstring)."""
 
@@ -325,11 +195,19 @@ class SafetyGuard:
             if group is None or current is None:
                 clamps.append(Clamp("group", name, ClampReason.UNKNOWN_GROUP, "no bounds or running counts"))
                 continue
+            work = PoolClamp(
+                group,
+                current,
+                requested.num_prefill,
+                requested.num_decode,
+                clamps,
+                max_total=context.max_instances(group),
+            )
             target, next_states[name] = self._group(
-                _GroupClamp(group, current, requested.num_prefill, requested.num_decode, clamps),
+                work,
                 state.groups.get(name, GroupGuardState()),
                 stale=stale,
-                complete=_group_data_complete(window, context, name),
+                complete=group_data_complete(window, context, name),
                 pending=self._pending(window, name),
                 now_s=context.now_s,
             )
@@ -349,7 +227,7 @@ class SafetyGuard:
         return group_window is not None and (group_window.pending_prefill + group_window.pending_decode) > 0
 
     def _group(
-        self, work: _GroupClamp, memory: GroupGuardState, *, stale: bool, complete: bool, pending: bool, now_s: float
+        self, work: PoolClamp, memory: GroupGuardState, *, stale: bool, complete: bool, pending: bool, now_s: float
     ) -> tuple[PoolTargets, GroupGuardState]:
         current = work.current
         if (work.prefill, work.decode) == (current.num_prefill, current.num_decode):

@@ -24,7 +24,7 @@ which need a simulator and so never reach the controller); a kind nobody registe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from policies.learned import LearnedPolicy, PolicyLoadError
 from policies.policy_file import PolicyFileError, ResolvedPolicy, load_policy_file, resolve_policy
 from policies.rules import FilePolicy, QueueKvParams, QueueKvPolicy
 from policies.schema import ControlAction
+from policies.set_policy import SetPolicy
 from policies.watchdog import FALLBACK_KINDS, SloWatchdog
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "build_policy",
     "expand_alias",
     "fixed_layout",
+    "layout_problem",
     "load_artifact_dir",
     "load_policy",
     "parse_policy_spec",
@@ -294,6 +296,43 @@ def fixed_layout(policy: Policy) -> ObservationLayout | None:
         return fixed_layout(policy.inner)
     if isinstance(policy, SloWatchdog):
         return fixed_layout(policy.primary) or fixed_layout(policy.fallback)
+    return None
+
+
+def layout_problem(policy: Policy, tenants: Sequence[str], groups: Sequence[str]) -> str | None:
+    """Why a learned policy cannot drive these live ``tenants`` and ``groups`` (one line), ``None`` if it can.
+
+    A slot policy must hold them (``max_groups`` / ``max_tenants``) and, when its manifest names the tenants
+    and groups it was trained on in slot order, see exactly those: with other or fewer tenants it would drive
+    tenants it never saw. A set policy must hold them. Rule policies fit anything. Checked at load time, so a
+    policy that would fail on every tick is refused before the first.
+    """
+    if isinstance(policy, _Labelled):
+        return layout_problem(policy.inner, tenants, groups)
+    if isinstance(policy, SloWatchdog):
+        return layout_problem(policy.primary, tenants, groups) or layout_problem(policy.fallback, tenants, groups)
+    if isinstance(policy, SetPolicy):
+        layout = policy.manifest.layout
+        if len(groups) > layout.max_groups or len(tenants) > layout.max_tenants:
+            return (
+                f"policy {policy.policy_id}: its layout holds {layout.max_groups} groups / {layout.max_tenants} "
+                f"tenants, the policy file has {len(groups)} / {len(tenants)}"
+            )
+        return None
+    if not isinstance(policy, LearnedPolicy):
+        return None
+    manifest = policy.manifest
+    if len(groups) > manifest.max_groups or len(tenants) > manifest.max_tenants:
+        return (
+            f"policy {policy.policy_id}: its layout holds {manifest.max_groups} groups / {manifest.max_tenants} "
+            f"tenants, the policy file has {len(groups)} / {len(tenants)}"
+        )
+    for kind, trained, live in (("tenants", manifest.tenants, tenants), ("groups", manifest.groups, groups)):
+        if trained and list(trained) != list(live):
+            return (
+                f"policy {policy.policy_id}: trained on {kind} {', '.join(trained)} (in slot order), the policy file "
+                f"has {', '.join(live) or 'none'}"
+            )
     return None
 
 

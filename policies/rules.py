@@ -153,7 +153,7 @@ class QueueKvPolicy:
             if current is None:
                 continue
             pressure = self._pressure(group, window.groups.get(group.name), context, observation)
-            target, why = self._size(group, current, pressure)
+            target, why = self._size(group, current, pressure, context.max_instances(group))
             if target is not None:
                 pools[group.name] = target
                 reasons.append(f"{group.name}:{why}")
@@ -181,13 +181,15 @@ class QueueKvPolicy:
         kv = None if window is None else _ratio(window.decode_kv_usage_frac, p.kv_usage_high_frac)
         return _Pressure(prefill=_worst([*ttft, queue]), decode=_worst([*tpot, kv]))
 
-    def _size(self, group: TenantGroup, current: PoolTargets, pressure: _Pressure) -> tuple[PoolTargets | None, str]:
+    def _size(
+        self, group: TenantGroup, current: PoolTargets, pressure: _Pressure, max_instances: int
+    ) -> tuple[PoolTargets | None, str]:
         p = self.params
         if pressure.prefill is None and pressure.decode is None:
             return None, "unknown"
         prefill_hot = pressure.prefill is not None and pressure.prefill > 1.0
         decode_hot = pressure.decode is not None and pressure.decode > 1.0
-        room = current.num_instances < group.max_instances
+        room = current.num_instances < max_instances
         n_p, n_d = current.num_prefill, current.num_decode
         if prefill_hot and not decode_hot:
             if room:

@@ -22,7 +22,9 @@ over the tenants whose rate and attainment are known (no known tenant: no verdic
 **Trips.** After ``trigger_intervals`` failing intervals in a row, the watchdog *trips*: the fallback decides for
 ``hold_intervals`` intervals, then the primary gets control back (and a fresh streak). Each further trip
 multiplies the hold by ``backoff`` (capped at ``max_hold_intervals``): a primary that keeps failing is handed
-back ever more rarely. The windows the fallback is answerable for are recorded as evidence for later bars.
+back ever more rarely. The windows the fallback is answerable for are recorded as evidence for later bars. A
+primary that **raises** trips the watchdog at once (no streak needed): the fallback decides that interval and
+the hold, and :attr:`WatchdogState.primary_error` names the exception.
 
 **Pools.** While the fallback decides, a group it asks no pool change for (no target, or the sizes running) is
 sent back to the split **relative to its budget** that ran at the watchdog's first decision: the share of the
@@ -42,7 +44,7 @@ is the streak, the hold, the trip count and the fallback's record, exposed for t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from policies.base import Policy, PolicyContext
 from policies.fallback_evidence import FallbackEstimate, FallbackRecord, offered_load_rps_per_instance
@@ -137,6 +139,8 @@ class WatchdogState:
         bar_frac: the attainment below which this window counted as failing (``None``: not judged).
         fallback_estimate_frac: the fallback's estimated attainment behind the bar (``None``: the floor judged).
         evidence_windows: fallback windows on record.
+        primary_error: ``"Type: message"`` when the primary raised on this decision (the watchdog then trips at
+            once and the fallback decides).
     """
 
     in_fallback: bool = False
@@ -148,6 +152,7 @@ class WatchdogState:
     bar_frac: float | None = None
     fallback_estimate_frac: float | None = None
     evidence_windows: int = 0
+    primary_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +305,10 @@ class SloWatchdog:
         self._primary_decided_last = not in_fallback
         self._fallback_decided_last = in_fallback
         if not in_fallback:
-            return self.primary.decide(observation, context)
+            try:
+                return self.primary.decide(observation, context)
+            except Exception as exc:  # a primary that raises is the clearest failure: the fallback decides now
+                reason = self._primary_raised(exc)
         action = self.fallback.decide(observation, context)
         pools = self._restored(context)
         pools.update({g: t for g, t in action.pools.items() if t != context.current_pools.get(g)})
@@ -309,6 +317,27 @@ class SloWatchdog:
             pools=pools,
             reason=f"{reason}: {action.reason}" if action.reason else reason,
             policy_id=self.policy_id,
+        )
+
+    def _primary_raised(self, exc: Exception) -> str:
+        """Trip at once on a primary's exception (no streak needed); the fallback's reason for this decision."""
+        trips = self.state.trips + 1
+        hold_intervals = self.params.hold_for(trips)
+        error = f"{type(exc).__name__}: {exc}"
+        self.state = replace(
+            self.state,
+            in_fallback=True,
+            failing_streak=0,
+            hold_left_intervals=hold_intervals - 1,
+            trips=trips,
+            tripped=True,
+            primary_error=error,
+        )
+        self._primary_decided_last = False
+        self._fallback_decided_last = True
+        return (
+            f"watchdog: primary raised {error}; fallback {self.fallback.policy_id} for {hold_intervals} intervals "
+            f"(trip {trips})"
         )
 
     @staticmethod

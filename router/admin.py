@@ -3,13 +3,14 @@
 ``PUT /admin/policy`` validates the document with the policy-file loader (:func:`policies.policy_file.load_policy_data`)
 and resolver; ``PUT /admin/roles`` validates every instance id and role before changing anything. A malformed
 body is answered ``400 {"error": {"message", "field"}}`` with the dotted path of the field, and nothing changes.
-A missing or wrong token is ``401``.
+A missing or wrong token is ``401``. A policy write is compare-and-set on ``generation``: one that names a
+generation not newer than the one the router holds is ``409`` (``current_generation`` in the error), so of two
+writers that read the same state only the first wins; a write without a generation gets the next one.
 """
 
 from __future__ import annotations
 
 import hmac
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from policies.policy_file import PolicyFile, PolicyFileError, ResolvedPolicy, load_policy_data, resolve_policy
+from router.limits import BodyError, parse_json
 from router.registry import InstanceRegistry, Role
 
 __all__ = ["AdminApi", "PolicyState", "document_of", "policy_state_from"]
@@ -43,14 +45,16 @@ def policy_state_from(policy: PolicyFile, generation: int, source: str) -> Polic
 
 
 class _BadRequest(Exception):
-    def __init__(self, field: str, message: str) -> None:
+    def __init__(self, field: str, message: str, status: int = 400, **extra: Any) -> None:
         super().__init__(message)
         self.field = field
         self.message = message
+        self.status = status
+        self.extra = extra
 
 
-def _bad(field: str, message: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "field": field}}, status=400)
+def _bad(exc: _BadRequest) -> web.Response:
+    return web.json_response({"error": {"message": exc.message, "field": exc.field, **exc.extra}}, status=exc.status)
 
 
 class AdminApi:
@@ -64,6 +68,7 @@ class AdminApi:
         registry: InstanceRegistry,
         transfer_healthy: Callable[[], bool],
         on_roles_changed: Callable[[], None],
+        max_json_depth: int = 64,
     ) -> None:
         self._token = token
         self._get_policy = get_policy
@@ -71,6 +76,7 @@ class AdminApi:
         self._registry = registry
         self._transfer_healthy = transfer_healthy
         self._on_roles_changed = on_roles_changed
+        self._max_json_depth = max_json_depth
 
     def add_routes(self, app: web.Application) -> None:
         """Register the admin routes on ``app``."""
@@ -93,12 +99,11 @@ class AdminApi:
             headers={"WWW-Authenticate": "Bearer"},
         )
 
-    @staticmethod
-    async def _json_object(request: web.Request) -> dict[str, Any]:
+    async def _json_object(self, request: web.Request) -> dict[str, Any]:
         try:
-            body = json.loads(await request.read())
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise _BadRequest("<body>", f"body is not valid JSON: {exc}") from None
+            body = parse_json(await request.read(), self._max_json_depth)
+        except BodyError as exc:
+            raise _BadRequest("<body>", exc.message) from None
         if not isinstance(body, dict):
             raise _BadRequest("<body>", "body must be a JSON object")
         return body
@@ -126,7 +131,7 @@ class AdminApi:
         try:
             new_state = self._parse_policy(await self._json_object(request))
         except _BadRequest as exc:
-            return _bad(exc.field, exc.message)
+            return _bad(exc)
         self._set_policy(new_state)
         return web.json_response({"generation": new_state.generation, "tenants": sorted(new_state.resolved.tenants)})
 
@@ -139,6 +144,15 @@ class AdminApi:
             raise _BadRequest("generation", f"generation must be an integer, got {generation!r}")
         if generation is not None and generation < 0:
             raise _BadRequest("generation", "generation must be >= 0")
+        held = self._get_policy().generation
+        if generation is not None and generation <= held:  # compare-and-set: only a newer write wins
+            raise _BadRequest(
+                "generation",
+                f"stale generation {generation}: the router holds generation {held} (another writer was first); "
+                f"read GET /admin/state and write again with a newer generation",
+                status=409,
+                current_generation=held,
+            )
         if "policy" not in body:
             raise _BadRequest("policy", "policy is required")
         document = body["policy"]
@@ -146,7 +160,7 @@ class AdminApi:
             raise _BadRequest("policy", "policy must be a JSON object (a policy-file document)")
         try:
             parsed = load_policy_data(document, "admin:policy")
-            next_generation = generation if generation is not None else self._get_policy().generation + 1
+            next_generation = generation if generation is not None else held + 1
             return policy_state_from(parsed, next_generation, "admin:policy")
         except PolicyFileError as exc:
             first = exc.problems[0]
@@ -171,7 +185,7 @@ class AdminApi:
             if problem is not None:
                 raise _BadRequest(*problem)
         except _BadRequest as exc:
-            return _bad(exc.field, exc.message)
+            return _bad(exc)
         checked: dict[str, Role] = {k: ("prefill" if v == "prefill" else "decode") for k, v in roles.items()}
         self._registry.change_roles(checked)
         self._on_roles_changed()

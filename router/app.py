@@ -21,6 +21,7 @@ from router.config import RouterConfig
 from router.decide import Planner
 from router.estimates import TransferHealth
 from router.flow import UPSTREAM_ERRORS, RequestFlow, prefill_client_timeout
+from router.limits import bounded_input
 from router.registry import InstanceRegistry
 from router.relay import error_body
 from router.telemetry import RequestLog, RouterMetrics
@@ -59,6 +60,7 @@ class Router:
             self.registry,
             lambda: self.transfer_health.healthy(self._now()),
             self._upkeep.publish_instances,
+            config.limits.max_json_depth,
         )
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
@@ -83,7 +85,11 @@ class Router:
 
     def app(self) -> web.Application:
         """The aiohttp application."""
-        app = web.Application(client_max_size=64 * 1024**2)
+        limits = self.config.limits
+        app = web.Application(
+            client_max_size=max(limits.max_body_bytes, limits.max_admin_body_bytes),
+            middlewares=[bounded_input(limits.max_body_bytes, limits.max_admin_body_bytes)],
+        )
         app.router.add_post("/v1/completions", self._flow.generate)
         app.router.add_post("/v1/chat/completions", self._flow.generate)
         app.router.add_get("/health", self._health)

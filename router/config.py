@@ -131,6 +131,20 @@ class EstimationConfig(_Frozen):
     )
 
 
+class LimitsConfig(_Frozen):
+    """Bounds on what clients may send (router/limits.py)."""
+
+    max_body_bytes: Annotated[int, Field(ge=1024)] = Field(
+        16 * 1024**2, description="Largest request body on the data API (/v1/...), bytes; larger is 413."
+    )
+    max_admin_body_bytes: Annotated[int, Field(ge=1024)] = Field(
+        1024**2, description="Largest request body on the admin API (/admin/...), bytes; larger is 413."
+    )
+    max_json_depth: Annotated[int, Field(ge=2, le=512)] = Field(
+        64, description="Deepest JSON nesting accepted in a body; deeper is 400."
+    )
+
+
 class RouterConfig(_Frozen):
     """The router's configuration file."""
 
@@ -142,6 +156,7 @@ class RouterConfig(_Frozen):
     timeouts: TimeoutsConfig = TimeoutsConfig()
     health: HealthConfig = HealthConfig()
     estimation: EstimationConfig = EstimationConfig()
+    limits: LimitsConfig = LimitsConfig()
     max_decode_attempts: Annotated[int, Field(ge=1)] = Field(
         2, description="Decode instances tried for one request when one fails before its first byte."
     )

@@ -15,7 +15,10 @@ Request flow (``POST /v1/completions``, ``POST /v1/chat/completions``):
    went to the client, a failure ends the stream with a vLLM-style error event and ``[DONE]``;
 4. record: metrics and one JSONL line (:mod:`router.telemetry`).
 
-Client disconnects cancel the handler, which closes the upstream connection (the instance then aborts).
+Client disconnects cancel the handler, which closes the upstream connection (the instance then aborts): the
+request is recorded ``499``. A stream whose ``[DONE]`` reached the client is complete: the relay stops there
+(it does not wait for the instance to close), and it is recorded as a success with its output tokens whatever
+the client does next, even if the handler is cancelled while finishing.
 The server and its lifecycle are :mod:`router.app`; the background upkeep is :mod:`router.upkeep`.
 """
 
@@ -23,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -35,11 +37,13 @@ from aiohttp import web
 from policies.schema import FallbackAction, Route
 from router.admin import PolicyState
 from router.config import RouterConfig
-from router.decide import Plan, Planner
+from router.decide import Planner
 from router.estimates import TransferHealth
+from router.limits import parse_json
 from router.pd import decode_body, forwarded_headers, local_body, prefill_body, prefill_params
 from router.registry import Instance, InstanceRegistry
-from router.relay import error_body, is_error_event, relay, sse_error_event
+from router.relay import RelayResult, is_error_event, relay, sse_error_event
+from router.request import FlowRequest, completion_tokens, json_error
 from router.telemetry import RequestLog, RequestRecord, RouterMetrics
 
 __all__ = ["UPSTREAM_ERRORS", "RequestFlow", "prefill_client_timeout"]
@@ -59,33 +63,6 @@ class _DecodeFailed(Exception):
     def __init__(self, transfer: bool = False) -> None:
         super().__init__("transfer failed" if transfer else "decode instance failed")
         self.transfer = transfer
-
-
-class _Request:
-    """Per-request working state."""
-
-    __slots__ = ("arrival", "authorization", "body", "path", "plan", "raw", "record", "request_id", "stream")
-
-    def __init__(
-        self,
-        path: str,
-        raw: bytes,
-        body: dict[str, Any],
-        request_id: str,
-        arrival: float,
-        authorization: str | None,
-        plan: Plan,
-        record: RequestRecord,
-    ) -> None:
-        self.path = path
-        self.raw = raw
-        self.body = body
-        self.request_id = request_id
-        self.arrival = arrival
-        self.stream = bool(body.get("stream", False))
-        self.authorization = authorization
-        self.plan = plan
-        self.record = record
 
 
 def prefill_client_timeout(config: RouterConfig) -> aiohttp.ClientTimeout:
@@ -158,12 +135,9 @@ class RequestFlow:
         arrival = self._now()
         arrival_ts = time.time()
         raw = await request.read()
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return _json_error(400, f"JSON decode error: {exc}", "BadRequestError")
+        body = parse_json(raw, self.config.limits.max_json_depth)  # a BodyError is answered 400 by the middleware
         if not isinstance(body, dict):
-            return _json_error(400, "the request body must be a JSON object", "BadRequestError")
+            return json_error(400, "the request body must be a JSON object", "BadRequestError")
         headers = request.headers
         request_id = headers.get("X-Request-Id") or uuid.uuid4().hex
         authorization = headers.get("Authorization")
@@ -173,21 +147,22 @@ class RequestFlow:
             body, self._policy().resolved, request_id, headers.get("X-Tenant-Id"), api_key, arrival, counted
         )
         if plan is None:
-            return _json_error(503, "no decode instance available", "ServiceUnavailableError")
+            return json_error(503, "no decode instance available", "ServiceUnavailableError")
         f = plan.features
         stream = bool(body.get("stream", False))
         rec = RequestRecord(
             request_id, arrival_ts, f.tenant, plan.decision.route.value, plan.decision.reason.value, stream,
             f.input_tokens, f.expected_output_tokens, plan.prefix_hit_tokens,
         )  # fmt: skip
-        req = _Request(request.path, raw, body, request_id, arrival, authorization, plan, rec)
+        req = FlowRequest(request.path, raw, body, request_id, arrival, authorization, plan, rec)
         self.metrics.decisions.labels(f.tenant, rec.route, rec.reason).inc()
         self.metrics.in_flight.inc()
         try:
             return await self._serve(request, req)
         except asyncio.CancelledError:
-            rec.error = rec.error or "client disconnected"
-            rec.status = 499
+            if not req.delivered:
+                rec.error = rec.error or "client disconnected"
+                rec.status = 499
             raise
         finally:
             self.metrics.in_flight.dec()
@@ -197,7 +172,7 @@ class RequestFlow:
             if self.log is not None:
                 self.log.write(rec)
 
-    async def _serve(self, request: web.Request, req: _Request) -> web.StreamResponse:
+    async def _serve(self, request: web.Request, req: FlowRequest) -> web.StreamResponse:
         plan, rec = req.plan, req.record
         params: dict[str, Any] | None = None
         remote = plan.decision.is_remote and plan.prefill is not None
@@ -236,7 +211,7 @@ class RequestFlow:
             inst = chosen[0] if chosen else None
         rec.status = 502
         rec.error = rec.error or "no decode instance could serve the request"
-        return _json_error(502, rec.error, "InternalServerError")
+        return json_error(502, rec.error, "InternalServerError")
 
     def _fallback(self, rec: RequestRecord, kind: str) -> None:
         rec.fallback = kind if rec.fallback is None else f"{rec.fallback},{kind}"
@@ -250,7 +225,7 @@ class RequestFlow:
 
     # ----------------------------------------------------------------------------------------- prefill leg
 
-    async def _prefill_with_fallback(self, req: _Request) -> dict[str, Any] | None:
+    async def _prefill_with_fallback(self, req: FlowRequest) -> dict[str, Any] | None:
         """Run the prefill leg; None means "serve locally" (fallback recorded)."""
         plan, rec = req.plan, req.record
         body = prefill_body(req.body)
@@ -275,7 +250,7 @@ class RequestFlow:
         rec.route = Route.LOCAL_PREFILL.value
         return None
 
-    async def _prefill_leg(self, req: _Request, inst: Instance, body: bytes) -> tuple[dict[str, Any] | None, str]:
+    async def _prefill_leg(self, req: FlowRequest, inst: Instance, body: bytes) -> tuple[dict[str, Any] | None, str]:
         tokens = req.record.input_tokens
         alone = inst.in_flight == 0
         self.registry.acquire(inst, tokens)
@@ -314,7 +289,7 @@ class RequestFlow:
     # ------------------------------------------------------------------------------------------ decode leg
 
     async def _decode_leg(
-        self, request: web.Request, req: _Request, inst: Instance, body: bytes, remote: bool
+        self, request: web.Request, req: FlowRequest, inst: Instance, body: bytes, remote: bool
     ) -> web.StreamResponse:
         """Serve the request from ``inst``; raise :class:`_DecodeFailed` if it failed before the first byte."""
         rec = req.record
@@ -348,7 +323,7 @@ class RequestFlow:
         rec.route = Route.LOCAL_PREFILL.value
 
     async def _stream_leg(
-        self, request: web.Request, req: _Request, inst: Instance, body: bytes, remote: bool, start: float
+        self, request: web.Request, req: FlowRequest, inst: Instance, body: bytes, remote: bool, start: float
     ) -> web.StreamResponse:
         rec = req.record
         t = self.config.timeouts
@@ -390,29 +365,41 @@ class RequestFlow:
             rec.ttft_s = first_s - req.arrival
             downstream = web.StreamResponse(headers=_SSE_HEADERS)
             await downstream.prepare(request)
-            result = await relay(resp, downstream, first, self._now)
+            result = RelayResult(0, first_s, False)
+            try:
+                await relay(resp, downstream, first, self._now, result)
+            except asyncio.CancelledError:
+                if result.delivered:  # the client had everything and left: a success, counted as one
+                    self._delivered(req, inst, result, first_s, first)
+                raise
             reusable = result.done and result.upstream_error is None and not result.client_gone
         finally:
             if reusable:
-                resp.release()  # fully read: the keep-alive connection goes back to the pool
+                resp.release()  # back to the pool if fully read, else dropped (aiohttp checks)
             else:
                 resp.close()  # abandoned or broken: drop the connection (the instance then aborts the request)
         self._finish_stream(req, inst, result.events, result.last_chunk_s, first_s, is_error_event(first))
+        req.delivered = result.delivered and rec.error is None
         if result.upstream_error is not None:
             self._mark_failed(inst, "disconnect")
             rec.error = f"decode {inst.id} failed mid-stream: {result.upstream_error}"
             rec.status = 502
             with contextlib.suppress(ConnectionError):
                 await downstream.write(sse_error_event(502, rec.error))
-        elif result.client_gone:
+        elif result.client_gone and not result.delivered:
             rec.error = "client disconnected"
             rec.status = 499
         with contextlib.suppress(ConnectionError):
             await downstream.write_eof()
         return downstream
 
+    def _delivered(self, req: FlowRequest, inst: Instance, result: RelayResult, first_s: float, first: bytes) -> None:
+        """Account a stream whose ``[DONE]`` reached the client before the handler was cancelled."""
+        self._finish_stream(req, inst, result.events, result.last_chunk_s, first_s, is_error_event(first))
+        req.delivered = req.record.error is None
+
     def _finish_stream(
-        self, req: _Request, inst: Instance, events: int, last_s: float, first_s: float, first_is_error: bool
+        self, req: FlowRequest, inst: Instance, events: int, last_s: float, first_s: float, first_is_error: bool
     ) -> None:
         rec = req.record
         output = events - 1  # [DONE]
@@ -432,7 +419,7 @@ class RequestFlow:
         inst.consecutive_failures = 0
 
     async def _non_200(
-        self, req: _Request, inst: Instance, resp: aiohttp.ClientResponse, remote: bool
+        self, req: FlowRequest, inst: Instance, resp: aiohttp.ClientResponse, remote: bool
     ) -> web.StreamResponse:
         """A decode instance answered with an error status before streaming."""
         rec = req.record
@@ -450,7 +437,7 @@ class RequestFlow:
         return web.Response(body=payload, status=resp.status, content_type="application/json")
 
     async def _unary_leg(
-        self, req: _Request, inst: Instance, body: bytes, remote: bool, start: float
+        self, req: FlowRequest, inst: Instance, body: bytes, remote: bool, start: float
     ) -> web.StreamResponse:
         rec = req.record
         try:
@@ -483,18 +470,5 @@ class RequestFlow:
         rec.ttft_s = end - req.arrival
         rec.e2e_s = rec.ttft_s
         rec.stages["first_token_emit_time"] = end - start
-        rec.output_tokens = _completion_tokens(payload)
+        rec.output_tokens = completion_tokens(payload)
         return web.Response(body=payload, status=status, content_type="application/json")
-
-
-def _completion_tokens(payload: bytes) -> int:
-    try:
-        usage = json.loads(payload).get("usage") or {}
-    except (ValueError, AttributeError):
-        return 0
-    value = usage.get("completion_tokens", 0) if isinstance(usage, Mapping) else 0
-    return int(value) if isinstance(value, int) else 0
-
-
-def _json_error(status: int, message: str, kind: str) -> web.Response:
-    return web.Response(body=error_body(status, message, kind), status=status, content_type="application/json")

@@ -39,13 +39,19 @@ def is_error_event(chunk: bytes) -> bool:
 
 @dataclass(slots=True)
 class RelayResult:
-    """How a relayed stream ended."""
+    """How a relayed stream ended (or, while it runs, how far it got).
+
+    ``done``: ``[DONE]`` was read from the upstream; ``delivered``: it was also written to the client, so the
+    client has the whole stream and whatever happens next (the client goes away, the handler is cancelled)
+    the request succeeded.
+    """
 
     events: int
     last_chunk_s: float
     done: bool
     upstream_error: str | None = None
     client_gone: bool = False
+    delivered: bool = False
 
 
 async def relay(
@@ -53,39 +59,51 @@ async def relay(
     downstream: web.StreamResponse,
     first_chunk: bytes,
     clock: Callable[[], float],
+    progress: RelayResult | None = None,
 ) -> RelayResult:
-    """Copy ``first_chunk`` and the rest of ``upstream`` to ``downstream``.
+    """Copy ``first_chunk`` and the rest of ``upstream`` to ``downstream``, up to and including ``[DONE]``.
+
+    Once ``[DONE]`` has reached the client nothing more is read: the stream is complete, and waiting for the
+    upstream to close would only leave a window in which a client that has everything it asked for goes away.
 
     Args:
         upstream: the decode instance's streaming response (its first chunk already read).
         downstream: the prepared client response.
         first_chunk: the first chunk read from ``upstream``.
         clock: a zero-argument callable returning seconds (the event loop's ``time``).
+        progress: updated in place as the stream goes (so that a caller cancelled mid-relay knows how far it
+            got); a fresh one when ``None``. The same object is returned.
     """
     now = clock  # local alias: called once per chunk
-    events = first_chunk.count(_DATA)
-    done = _DONE in first_chunk
-    last_s: float = now()
+    result = progress if progress is not None else RelayResult(0, now(), False)
+    result.events = first_chunk.count(_DATA)
+    result.done = _DONE in first_chunk
+    result.last_chunk_s = now()
     try:
         await downstream.write(first_chunk)
     except ConnectionError:
-        return RelayResult(events, last_s, done, client_gone=True)
+        result.client_gone = True
+        return result
+    result.delivered = result.done
     content = upstream.content
     try:
-        while True:
+        while not result.delivered:
             chunk = await content.readany()
             if not chunk:
                 break
-            last_s = now()
-            events += chunk.count(_DATA)
-            if not done and _DONE in chunk:
-                done = True
+            result.last_chunk_s = now()
+            result.events += chunk.count(_DATA)
+            done = result.done or _DONE in chunk
+            result.done = done
             try:
                 await downstream.write(chunk)
             except ConnectionError:
-                return RelayResult(events, last_s, done, client_gone=True)
+                result.client_gone = True
+                return result
+            result.delivered = done
     except Exception as exc:  # any upstream failure ends the stream with an error event
-        return RelayResult(events, last_s, done, upstream_error=f"{type(exc).__name__}: {exc}")
-    if not done:
-        return RelayResult(events, last_s, done, upstream_error="upstream closed the stream before [DONE]")
-    return RelayResult(events, last_s, done)
+        result.upstream_error = f"{type(exc).__name__}: {exc}"
+        return result
+    if not result.done:
+        result.upstream_error = "upstream closed the stream before [DONE]"
+    return result

@@ -11,7 +11,7 @@ changes.
 from __future__ import annotations
 
 import ssl
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -20,7 +20,8 @@ import aiohttp
 from controller.actuators.base import ActuationResult, Outcome, Plan, UnknownOutcomeLatch
 from controller.actuators.http import call
 from controller.sources.base import Topology
-from policies.schema import PoolTargets
+from policies.pool_clamp import within_bounds
+from policies.schema import PoolTargets, TenantGroup
 
 __all__ = ["KubernetesActuator", "Workload", "scale_path"]
 
@@ -53,8 +54,10 @@ class KubernetesActuator:
         ca_file: Path | None = None,
         insecure_skip_tls_verify: bool = False,
         token_file: Path | None = None,
+        bounds: Sequence[TenantGroup] = (),
     ) -> None:
         self.api_url = api_url.rstrip("/")
+        self.bounds = {g.name: g for g in bounds}
         self.namespace = namespace
         self.groups = dict(groups)
         self._token = token
@@ -118,7 +121,9 @@ class KubernetesActuator:
             pools[group] = PoolTargets(read_prefill[0], read_decode[0])
             pending[group] = (max(read_prefill[0] - read_prefill[1], 0), max(read_decode[0] - read_decode[1], 0))
         self.latch.clear()
-        return replace(topology, pools=pools, pending=pending)
+        # Kubernetes adds instances: a group it scales is bounded by its budget, not by the instances listed now.
+        capacity = {g: n for g, n in topology.capacity.items() if g not in self.groups}
+        return replace(topology, pools=pools, pending=pending, capacity=capacity)
 
     async def apply(self, plan: Plan, topology: Topology) -> ActuationResult:
         """Patch the replicas of every workload whose count changes; stop at the first failure."""
@@ -129,6 +134,9 @@ class KubernetesActuator:
             workloads = self.groups.get(group)
             if workloads is None:
                 continue
+            bounds = self.bounds.get(group)
+            if bounds is not None:  # whatever the plan says, never outside the group's bounds and budget
+                target = within_bounds(target, bounds)
             current = topology.pools.get(group)
             for workload, replicas, before in (
                 (workloads[0], target.num_prefill, None if current is None else current.num_prefill),

@@ -5,6 +5,10 @@ and decode (the router drains an instance before it takes its new role); ``GET /
 back (see ``docs/admin-api.md``). The router cannot add instances: a pool target is realised as a split of
 the group's existing instances, and the instances whose role changes are the fewest possible.
 
+Policy writes are compare-and-set: each names the generation after the one the router last reported, so a
+write computed from a state another writer has since changed is refused (``409``, outcome ``rejected``) and
+the next tick starts from a fresh reading.
+
 A policy document that puts in force the policy the router last reported (``GET /admin/state``, read every
 tick) is not sent again: after an unknown outcome the next publication happens only if the state read back
 shows it did not take effect, and a restarted controller does not bump the router's generation for nothing.
@@ -16,7 +20,7 @@ Both documents are compared as the router runs them, resolved into typed per-ten
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import aiohttp
@@ -25,33 +29,66 @@ from controller.actuators.base import ActuationResult, Outcome, Plan, UnknownOut
 from controller.actuators.http import call
 from controller.sources.base import InstanceInfo, Topology
 from policies.policy_file import PolicyFileError, ResolvedPolicy, load_policy_data, resolve_policy
-from policies.schema import PoolTargets
+from policies.schema import PoolTargets, TenantGroup
 
 __all__ = ["RouterActuator", "policy_in_force", "role_changes"]
 
 
-def role_changes(topology: Topology, pools: Mapping[str, PoolTargets]) -> dict[str, str]:
-    """Instance → new role so that each group's prefill count reaches its target (fewest changes).
+def role_changes(
+    topology: Topology, pools: Mapping[str, PoolTargets], groups: Mapping[str, TenantGroup] | None = None
+) -> dict[str, str]:
+    """Instance → new role moving each group towards its target, inside the bounds whatever the target says.
 
-    Instances already changing role are left alone; candidates are taken in reverse id order so that the
-    choice is deterministic.
+    Only healthy instances that are not already changing role move (an unhealthy one serves nothing and
+    counts in no pool). The target is realised as a split of the existing healthy instances, and neither pool
+    is taken below its target or its minimum (``groups``; decode always keeps one instance), nor above its
+    maximum. So a target that asks for more of one pool without
+    less of the other (more instances than exist) moves nothing: the router cannot add instances. Fewest
+    changes; candidates are taken in reverse id order so that the choice is deterministic.
     """
     changes: dict[str, str] = {}
-    for group, target in pools.items():
-        members = [i for i in topology.instances if i.group == group]
-        settled = [i for i in members if i.pending_role is None or i.pending_role == i.role]
-        prefill = sum(1 for i in members if (i.pending_role or i.role) == "prefill")
-        want = min(target.num_prefill, len(members))
-        if want > prefill:
-            candidates = sorted((i for i in settled if i.role == "decode"), key=lambda i: i.id, reverse=True)
-            changes.update((i.id, "prefill") for i in candidates[: want - prefill])
-        elif want < prefill:
-            candidates = sorted((i for i in settled if i.role == "prefill"), key=lambda i: i.id, reverse=True)
-            changes.update((i.id, "decode") for i in candidates[: prefill - want])
+    for group_name, target in pools.items():
+        group = None if groups is None else groups.get(group_name)
+        members = [i for i in topology.instances if i.group == group_name and i.healthy]
+        count = {role: sum(1 for i in members if (i.pending_role or i.role) == role) for role in _ROLES}
+        want = {"prefill": target.num_prefill, "decode": target.num_decode}
+        for to_role, from_role in (("prefill", "decode"), ("decode", "prefill")):
+            floor = max(want[from_role], _min_of(group, from_role))
+            room = _max_of(group, to_role) - count[to_role]
+            moves = min(want[to_role] - count[to_role], count[from_role] - floor, room)
+            if moves <= 0:
+                continue
+            settled = [i for i in members if i.pending_role in (None, i.role) and i.role == from_role]
+            candidates = sorted(settled, key=lambda i: i.id, reverse=True)[:moves]
+            changes.update((i.id, to_role) for i in candidates)
+            count[to_role] += len(candidates)
+            count[from_role] -= len(candidates)
     return changes
 
 
+_ROLES = ("prefill", "decode")
+
+
+def _min_of(group: TenantGroup | None, role: str) -> int:
+    if group is None:
+        return 1 if role == "decode" else 0
+    return group.min_prefill if role == "prefill" else group.min_decode
+
+
+def _max_of(group: TenantGroup | None, role: str) -> int:
+    if group is None:
+        return 1 << 30
+    bound = group.max_prefill if role == "prefill" else group.max_decode
+    return group.max_instances if bound is None else bound
+
+
 _SOURCE = "admin:policy"
+
+
+def _generation(body: object) -> int | None:
+    """The ``generation`` of an admin API reply, if it has one."""
+    value = body.get("generation") if isinstance(body, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def policy_in_force(document: object) -> ResolvedPolicy | None:
@@ -68,13 +105,15 @@ def policy_in_force(document: object) -> ResolvedPolicy | None:
 class RouterActuator:
     """Actuates through the router admin API."""
 
-    def __init__(self, url: str, token: str | None, timeout_s: float) -> None:
+    def __init__(self, url: str, token: str | None, timeout_s: float, groups: Sequence[TenantGroup] = ()) -> None:
         self.url = url.rstrip("/")
+        self.groups = {g.name: g for g in groups}
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self.latch = UnknownOutcomeLatch()
         self._live_policy: ResolvedPolicy | None = None
+        self._live_generation: int | None = None
 
     @property
     def name(self) -> str:
@@ -91,9 +130,11 @@ class RouterActuator:
         reply = await call(self._http(), "GET", f"{self.url}/admin/state", headers=self._headers)
         if reply.outcome is not Outcome.APPLIED or not isinstance(reply.body, dict):
             self._live_policy = None  # not read this tick: publish rather than trust an older reading
+            self._live_generation = None
             return None
         self.latch.clear()
         self._live_policy = policy_in_force(reply.body.get("policy"))
+        self._live_generation = _generation(reply.body)
         live = {str(i.get("id")): i for i in reply.body.get("instances", []) if isinstance(i, dict)}
         instances: list[InstanceInfo] = []
         for info in topology.instances:
@@ -103,14 +144,16 @@ class RouterActuator:
                 continue
             role = str(state.get("role", info.role))
             pending = state.get("pending_role")
-            instances.append(replace(info, role=role, pending_role=str(pending) if pending else None))
-        # Groups with listed instances get their counts (and pending changes, zero once settled) from the
-        # roles; others keep theirs (e.g. Kubernetes).
+            healthy = state.get("healthy", True) is not False
+            instances.append(replace(info, role=role, pending_role=str(pending) if pending else None, healthy=healthy))
+        # Groups with listed instances get their counts (and pending changes, zero once settled) and their
+        # capacity (healthy instances: the router cannot add any) from the roles; others keep theirs.
         read = Topology.from_instances(instances, tuple(dict.fromkeys(i.group for i in instances)))
         return Topology(
             instances=read.instances,
             pools={**topology.pools, **read.pools},
             pending={**topology.pending, **read.pending},
+            capacity={**topology.capacity, **read.capacity},
         )
 
     async def apply(self, plan: Plan, topology: Topology) -> ActuationResult:
@@ -123,18 +166,25 @@ class RouterActuator:
         if planned is not None and planned == self._live_policy:
             document = None  # already in force
         if document is not None:
+            if self._live_generation is None:  # compare-and-set needs the generation the router holds
+                read = await call(self._http(), "GET", f"{self.url}/admin/state", headers=self._headers)
+                self._live_generation = _generation(read.body) if read.outcome is Outcome.APPLIED else None
+                if self._live_generation is None:  # a GET changes nothing: refused or not, never an unknown outcome
+                    refused = read.outcome is Outcome.REJECTED
+                    return self._failed(Outcome.REJECTED if refused else Outcome.FAILED, read.detail)
             reply = await call(
                 self._http(),
                 "PUT",
                 f"{self.url}/admin/policy",
-                body={"policy": document},
+                body={"generation": self._live_generation + 1, "policy": document},
                 headers=self._headers,
             )
             if reply.outcome is not Outcome.APPLIED:
                 return self._failed(reply.outcome, reply.detail)
             self._live_policy = planned  # in force now, until the next reading says otherwise
+            self._live_generation = _generation(reply.body)
             done.append("policy")
-        changes = role_changes(topology, plan.pools)
+        changes = role_changes(topology, plan.pools, self.groups)
         if changes:
             reply = await call(
                 self._http(), "PUT", f"{self.url}/admin/roles", body={"roles": changes}, headers=self._headers
@@ -147,7 +197,8 @@ class RouterActuator:
         return ActuationResult(self.name, Outcome.APPLIED, "; ".join(done))
 
     def _failed(self, outcome: Outcome, detail: str) -> ActuationResult:
-        self._live_policy = None  # whatever we knew may be stale now
+        self._live_policy = None  # whatever we knew may be stale now (a 409: another writer was first)
+        self._live_generation = None
         if outcome is Outcome.UNKNOWN:
             self.latch.trip(detail)
         return ActuationResult(self.name, outcome, detail)

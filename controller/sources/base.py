@@ -79,22 +79,28 @@ class SeriesReader(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class InstanceInfo:
-    """One serving instance as the controller knows it."""
+    """One serving instance as the controller knows it (``healthy``: as the router last reported it)."""
 
     id: str
     group: str
     role: str
     url: str | None = None
     pending_role: str | None = None
+    healthy: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class Topology:
-    """Instances, pool counts and pending changes per tenant group, as known at the start of a tick."""
+    """Instances, pool counts and pending changes per tenant group, as known at the start of a tick.
+
+    ``capacity`` lists, for the groups whose instance set is fixed (the router actuator can move instances
+    between roles but cannot add any), how many healthy instances they have: the most they can run now.
+    """
 
     instances: tuple[InstanceInfo, ...] = ()
     pools: Mapping[str, PoolTargets] = field(default_factory=dict)
     pending: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    capacity: Mapping[str, int] = field(default_factory=dict)
 
     def instance(self, instance_id: str) -> InstanceInfo | None:
         """The instance named ``instance_id``, if known."""
@@ -105,10 +111,16 @@ class Topology:
 
     @staticmethod
     def from_instances(instances: Sequence[InstanceInfo], groups: Sequence[str] = ()) -> Topology:
-        """Counts and pending changes derived from the instances' roles (every group in ``groups`` present)."""
+        """Counts, pending changes and capacity of the healthy instances, by role (every group in ``groups`` present).
+
+        An unhealthy instance serves nothing: it is in no pool, and a move can only come from a healthy one.
+        """
         counts: dict[str, list[int]] = {g: [0, 0] for g in groups}
         pending: dict[str, list[int]] = {g: [0, 0] for g in groups}
         for info in instances:
+            counts.setdefault(info.group, [0, 0])
+            if not info.healthy:
+                continue
             counts.setdefault(info.group, [0, 0])[0 if info.role == "prefill" else 1] += 1
             if info.pending_role is not None and info.pending_role != info.role:
                 pending.setdefault(info.group, [0, 0])[0 if info.pending_role == "prefill" else 1] += 1
@@ -116,4 +128,5 @@ class Topology:
             instances=tuple(instances),
             pools={g: PoolTargets(c[0], c[1]) for g, c in counts.items()},
             pending={g: (p[0], p[1]) for g, p in pending.items()},
+            capacity={g: c[0] + c[1] for g, c in counts.items()},
         )

@@ -399,6 +399,8 @@ class EmulatedInstance:
         self._finish(parsed, handle, engine_request_id)
         tail = sse_usage_chunk(parsed, response_id, created, sent) if parsed.include_usage else b""
         await response.write(tail + sse_done())
+        if self.faults.config.linger_after_done_s > 0:
+            await asyncio.sleep(self.faults.config.linger_after_done_s)
         await response.write_eof()
         return response
 

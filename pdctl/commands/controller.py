@@ -9,6 +9,7 @@ import typer
 __all__ = ["register"]
 
 EXIT_CONFIG = 2
+EXIT_LEASE = 3
 
 
 def register(app: typer.Typer, name: str, help_text: str) -> None:
@@ -22,6 +23,7 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
     ) -> None:
         from controller.config import ConfigError, config_schema
         from controller.daemon import run
+        from controller.lease import LeaseHeldError
         from controller.logs import configure_logging
         from controller.runtime import RuntimeConfigError
 
@@ -37,3 +39,6 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         except (ConfigError, RuntimeConfigError) as exc:
             typer.echo(str(exc), err=True)
             raise typer.Exit(code=EXIT_CONFIG) from None
+        except LeaseHeldError as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(code=EXIT_LEASE) from None

@@ -264,6 +264,7 @@ def controller_config(
         "policy_file": str(policy_path),
         "override_dir": str(override_dir),
         "audit_log": str(audit_log),
+        "lease_file": str(audit_log.parent / "controller.lease"),
         "listen": {"host": "127.0.0.1", "port": port},
         "source": source,
         "instances": [{"id": iid, "group": group, "role": roles[iid], "url": urls[iid]} for iid in roles],

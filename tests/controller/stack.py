@@ -120,6 +120,7 @@ def controller_config(
         "policy_file": str(policy_path),
         "override_dir": str(tmp_path / "overrides"),
         "audit_log": str(tmp_path / "audit.jsonl"),
+        "lease_file": str(tmp_path / "controller.lease"),
         "source": (
             {"kind": "prometheus", "url": prometheus_url, "window_s": 5.0, "timeout_s": 2.0}
             if source_kind == "prometheus"

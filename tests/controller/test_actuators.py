@@ -87,7 +87,10 @@ async def admin() -> AsyncIterator[tuple[FakeServer, dict[str, Any]]]:
         if server.status != 200:
             return web.json_response({"error": {"message": "injected", "field": ""}}, status=server.status)
         if request.path == "/admin/policy":
-            state["generation"] += 1
+            if body.get("generation", state["generation"] + 1) <= state["generation"]:  # compare-and-set
+                error = {"message": "stale generation", "field": "generation", "current_generation": 0}
+                return web.json_response({"error": {**error, "current_generation": state["generation"]}}, status=409)
+            state["generation"] = body.get("generation", state["generation"] + 1)
             state["policy"] = body["policy"]
         elif request.path == "/admin/roles":
             for inst in state["instances"]:
@@ -121,7 +124,7 @@ def test_role_changes_are_minimal_and_deterministic() -> None:
         ]
     )
     assert role_changes(pending, {"g": PoolTargets(2, 1)}) == {}, "a change in flight already counts"
-    assert role_changes(pending, {"g": PoolTargets(3, 0)}) == {"d0": "prefill"}
+    assert role_changes(pending, {"g": PoolTargets(3, 0)}) == {}, "the last decode instance never moves"
 
 
 async def test_router_actuator_publishes_policy_and_roles(admin: tuple[FakeServer, dict[str, Any]]) -> None:
@@ -129,12 +132,13 @@ async def test_router_actuator_publishes_policy_and_roles(admin: tuple[FakeServe
     actuator = RouterActuator(server.url, TOKEN, timeout_s=2.0)
     try:
         assert await actuator.ready()
+        assert await actuator.observe(TOPOLOGY) is not None
         plan = Plan(1, {"tenants": [{"name": "rag"}]}, {"g": PoolTargets(2, 1)})
         result = await actuator.apply(plan, TOPOLOGY)
         assert result.outcome is Outcome.APPLIED
-        assert [(m, p) for m, p, _ in server.calls[1:]] == [("PUT", "/admin/policy"), ("PUT", "/admin/roles")]
-        assert server.calls[1][2] == {"policy": {"tenants": [{"name": "rag"}]}}
-        assert server.calls[2][2] == {"roles": {"d1": "prefill"}}
+        assert [(m, p) for m, p, _ in server.calls[2:]] == [("PUT", "/admin/policy"), ("PUT", "/admin/roles")]
+        assert server.calls[2][2] == {"generation": 2, "policy": {"tenants": [{"name": "rag"}]}}, "compare-and-set"
+        assert server.calls[3][2] == {"roles": {"d1": "prefill"}}
         observed = await actuator.observe(TOPOLOGY)
         assert observed is not None
         assert observed.pending["g"] == (1, 0)
@@ -173,7 +177,7 @@ async def test_router_actuator_compares_the_policy_in_force_not_its_spelling(
         assert len(server.calls) == sent
         moved = policy_document(BASE, ControlAction(thresholds={"rag": replace(rag, traffic_percent=50.5)}))
         assert (await actuator.apply(Plan(2, moved), TOPOLOGY)).outcome is Outcome.APPLIED
-        assert server.calls[-1][2] == {"policy": moved}, "the document itself is what goes over the wire"
+        assert server.calls[-1][2] == {"generation": 2, "policy": moved}, "the document itself goes over the wire"
     finally:
         await actuator.close()
 
@@ -199,7 +203,7 @@ async def test_router_actuator_does_not_trust_a_reading_older_than_its_own_publi
         server.status = 200
         sent = len(server.calls)
         assert (await actuator.apply(Plan(4, {}), TOPOLOGY)).outcome is Outcome.APPLIED
-        assert len(server.calls) == sent + 1
+        assert [m for m, _, _ in server.calls[sent:]] == ["GET", "PUT"], "the generation is read, then the PUT"
     finally:
         await actuator.close()
 
@@ -252,6 +256,7 @@ async def test_unknown_outcome_is_not_retried_until_state_is_read_back(
     server, _ = admin
     actuator = RouterActuator(server.url, TOKEN, timeout_s=0.3)
     try:
+        assert await actuator.observe(TOPOLOGY) is not None
         server.delay_s = 1.0
         first = await actuator.apply(Plan(1, {"description": "one"}, {"g": PoolTargets(2, 1)}), TOPOLOGY)
         assert first.outcome is Outcome.UNKNOWN

@@ -2,7 +2,8 @@
 admin API, with hypothesis-generated bodies and headers (the router has no OpenAPI spec, so no schemathesis).
 
 Every request is answered within a bound, never with a 5xx: either 200 (a stream that ends with ``[DONE]``) or
-a 4xx with the documented JSON error (``{"error": {"message": ...}}``). A refused admin call changes nothing
+a 4xx with the documented JSON error (``{"error": {"message": ...}}``). A refused admin call (400, or 409 for a
+stale generation) changes nothing
 (generation, policy, roles); a call without the right token is 401. Secrets (the admin token, clients' API keys)
 never appear in the request log, the router's log output, ``/metrics`` or ``/admin/state``.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import logging
 import threading
@@ -69,7 +71,8 @@ class Served:
         self, method: str, path: str, data: bytes | None, headers: dict[str, str]
     ) -> tuple[int, bytes, str]:
         c = self.cluster
-        async with c.session.request(method, c.url + path, data=data, headers=headers) as resp:
+        payload = io.BytesIO(data) if data is not None and len(data) > 1024**2 else data  # large: no loop lock
+        async with c.session.request(method, c.url + path, data=payload, headers=headers) as resp:
             return resp.status, await resp.read(), resp.headers.get("Content-Type", "")
 
     def call(self, method: str, path: str, data: bytes | None = None, **headers: str) -> tuple[int, bytes, str]:
@@ -236,13 +239,40 @@ def test_admin_bodies_are_applied_or_refused_and_change_nothing(served: Served, 
     before = served.state()
     status, answer = served.admin("PUT", path, body)
     event(f"{path} HTTP {status}")
-    assert status in (200, 400), (status, answer)
-    if status == 400:
+    assert status in (200, 400, 409), (status, answer)
+    if status in (400, 409):  # 409: a generation not newer than the router's (compare-and-set)
         assert answer["error"]["message"]
         assert isinstance(answer["error"]["field"], str)
         assert _comparable(served.state()) == _comparable(before)
     if roles and status == 200:  # put the roles back so later examples start from one prefill + one decode
         assert served.admin("PUT", "/admin/roles", {"roles": {"p0": "prefill", "d0": "decode"}})[0] == 200
+
+
+@settings(max_examples=40, deadline=None)
+@given(depth=st.integers(65, 20_000), open_close=st.sampled_from([("[", "]"), ('{"a":', "}")]), admin=st.booleans())
+def test_deep_nesting_is_a_json_400_on_both_apis(
+    served: Served, depth: int, open_close: tuple[str, str], admin: bool
+) -> None:
+    opening, closing = open_close
+    raw = (opening * depth + ("1" if opening != "[" else "") + closing * depth).encode()
+    before = served.state()
+    path, method = ("/admin/policy", "PUT") if admin else ("/v1/completions", "POST")
+    status, answer, _ = served.call(method, path, raw, Authorization=f"Bearer {ADMIN_TOKEN}")
+    assert status == 400, (status, answer[:200])
+    assert "nested too deeply" in json.loads(answer)["error"]["message"]
+    assert _comparable(served.state()) == _comparable(before)
+
+
+def test_oversized_bodies_are_a_json_413_on_both_apis(served: Served) -> None:
+    before = served.state()
+    data_limit, admin_limit = 16 * 1024**2, 1024**2  # router/config.py LimitsConfig defaults
+    for method, path, size in (("POST", "/v1/completions", data_limit + 1), ("PUT", "/admin/policy", admin_limit + 1)):
+        raw = b'{"prompt": "' + b"x" * (size - 14) + b'"}'
+        status, answer, content_type = served.call(method, path, raw, Authorization=f"Bearer {ADMIN_TOKEN}")
+        assert status == 413, (path, status)
+        assert content_type.startswith("application/json")
+        assert "exceeds the limit" in json.loads(answer)["error"]["message"]
+    assert _comparable(served.state()) == _comparable(before)
 
 
 @settings(max_examples=60, deadline=None)
