@@ -25,14 +25,17 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
+from numpy.typing import NDArray
 
 from agents.runs import scale_rates
 from env.perf.profile import OperatorProfile, ProfileError, load_operator_profile
 from env.scenario import ClusterConfig, Scenario, ScenarioError, SloConfig, TenantConfig, load_scenario
 from env.sim.simulator import kv_capacity_tokens
-from env.workloads.config import WorkloadConfig, parse_workload_config
+from env.workloads.config import AzureTraceWorkload, MooncakeTraceWorkload, WorkloadConfig, parse_workload_config
 from env.workloads.errors import WorkloadError
+from env.workloads.generate import load_trace_cached
 from livestack.profiling.fit import fit_workload
 from livestack.profiling.sources import detect_source_kind, load_records
 from policies.route_levels import AGGREGATED, ALWAYS_REMOTE, level_min_remote_tokens, remote_level, route_thresholds
@@ -41,19 +44,30 @@ from policies.schema import RoutingThresholds
 __all__ = [
     "DEFAULT_LEVELS_TOKENS",
     "GROUP_NAME",
+    "MAX_WHOLE_REQUESTS",
     "SLO_FIELDS",
     "PlanConfig",
     "PlanInputError",
+    "PlanSource",
     "candidate_configs",
     "configured_scenario",
     "load_plan_scenario",
+    "load_plan_source",
     "parse_slo",
     "route_levels",
+    "time_compressed",
 ]
 
 DEFAULT_LEVELS_TOKENS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
 GROUP_NAME = "main"
 """The one tenant group the planner merges a source's groups into."""
+MAX_WHOLE_REQUESTS = 50_000
+"""A trace with more requests is planned over the window of this many requests (at its mean rate) around its peak."""
+STATIONARY_HORIZON_S = 30.0
+"""Probe length for a stationary synthetic source (Poisson or Gamma arrivals, fixed length mix) without --horizon."""
+STATIONARY_VALIDATION_S = 120.0
+"""The validation replay of a stationary synthetic source runs this long (or the scenario's own duration if less)."""
+_STATIONARY_KINDS = ("poisson", "gamma")
 
 
 class PlanInputError(ValueError):
@@ -173,6 +187,20 @@ def candidate_configs(num_instances: int, levels_tokens: Sequence[int] = DEFAULT
 # ------------------------------------------------------------------------------------------------ the workload
 
 
+@dataclass(frozen=True, slots=True)
+class PlanSource:
+    """What the planner plans over: the searched scenario, the whole source, and which part the probes cover."""
+
+    scenario: Scenario
+    """What every search probe runs, at rate multiplier 1."""
+    whole: Scenario
+    """The whole source at multiplier 1 (the validation replay runs it at the recommended multiplier)."""
+    mode: str
+    """``whole``, ``peak-window``, ``horizon`` (``--horizon``) or ``stationary`` (:mod:`agents.planning.coverage`)."""
+    description: str
+    """Which part of the source a probe covers, in words."""
+
+
 def load_plan_scenario(
     source: str | Path,
     *,
@@ -180,18 +208,41 @@ def load_plan_scenario(
     slo: SloConfig | None = None,
     model_profile: str | None = None,
     tp: int | None = None,
-    horizon_s: float = 30.0,
+    horizon_s: float | None = 30.0,
     seed: int = 0,
     traces_dir: str | Path | None = None,
 ) -> Scenario:
-    """The scenario the planner searches: the source's tenants in one group of ``gpus`` GPUs.
+    """The scenario the planner searches (:func:`load_plan_source`'s ``scenario``)."""
+    return load_plan_source(
+        source, gpus=gpus, slo=slo, model_profile=model_profile, tp=tp, horizon_s=horizon_s, seed=seed,
+        traces_dir=traces_dir,
+    ).scenario  # fmt: skip
+
+
+def load_plan_source(
+    source: str | Path,
+    *,
+    gpus: int | None,
+    slo: SloConfig | None = None,
+    model_profile: str | None = None,
+    tp: int | None = None,
+    horizon_s: float | None = None,
+    seed: int = 0,
+    traces_dir: str | Path | None = None,
+) -> PlanSource:
+    """The source's tenants in one group of ``gpus`` GPUs: the searched scenario and the whole source.
 
     ``source`` is a scenario YAML (its cluster and tenants; groups are merged into one), a fitted-workload file
     of ``pdctl profile --emit-workload`` (tenant → workload), an Azure CSV, a Mooncake JSONL, a router JSONL log
-    (fitted with :func:`livestack.profiling.fit.fit_workload`) or a ServeGen folder. A trace is replayed from its
-    start, compressed by the rate multiplier ``m`` (a probe of ``horizon_s`` covers ``m × horizon_s`` seconds of
-    the trace, repeated when the trace is shorter), so probes near capacity see a broad part of it. ``slo``
-    replaces every tenant's objectives (required when the source carries none).
+    (fitted with :func:`livestack.profiling.fit.fit_workload`) or a ServeGen folder. ``slo`` replaces every
+    tenant's objectives (required when the source carries none).
+
+    Without ``horizon_s`` a probe is representative of the whole source: an Azure or Mooncake trace is replayed
+    whole, time-compressed by the rate multiplier ``m`` (a probe lasts ``span / m``), or, above
+    :data:`MAX_WHOLE_REQUESTS`, over the window holding its busiest minute; a scenario with non-stationary
+    workloads runs its own duration; a stationary synthetic source (Poisson or Gamma arrivals, and a fitted
+    router log) runs :data:`STATIONARY_HORIZON_S`. With ``horizon_s`` (a quick look) a probe covers the first
+    ``m × horizon_s`` seconds of a trace (tiled when the trace is shorter) or of a scenario.
 
     Raises:
         PlanInputError: a missing or invalid source or option (one line naming the file or field).
@@ -200,8 +251,9 @@ def load_plan_scenario(
     if not path.exists():
         raise PlanInputError(f"{path}: no such file or folder")
     base_cluster = ClusterConfig()
+    own_duration_s: float | None = None
     if path.suffix.lower() in (".yaml", ".yml"):
-        tenants, cluster, default_gpus = _yaml_source(path, traces_dir)
+        tenants, cluster, default_gpus, own_duration_s = _yaml_source(path, traces_dir)
         base_cluster = cluster or base_cluster
     else:
         tenants, default_gpus = _trace_source(path), None
@@ -224,24 +276,98 @@ def load_plan_scenario(
         if tenant_slo.to_slo().ttft_target_s() == math.inf and tenant_slo.to_slo().tpot_target_s() == math.inf:
             raise PlanInputError(f"--slo: required (tenant {tenant.name!r} of {path} has no objective)")
         out_tenants.append(tenant.model_copy(update={"slo": tenant_slo, "group": GROUP_NAME}))
-    data = {
-        "name": f"plan-{_slug(path.stem)}",
-        "description": f"pdctl plan of {path}",
-        "duration_s": horizon_s,
-        "drain_s": 300.0,
-        "control_interval_s": 10.0,
-        "seed": seed,
-        "cluster": cluster.model_dump(),
-        "tenant_groups": [{"name": GROUP_NAME, "gpu_budget": budget, "decode": budget // cluster.tp}],
-        "tenants": [t.model_dump() for t in out_tenants],
-    }
-    try:
-        scenario = Scenario.model_validate(data)
-    except ValueError as exc:
-        first = str(exc).splitlines()
-        raise PlanInputError(f"{path}: {first[-1].strip() if first else exc}") from None
-    _check_profile(scenario)
-    return scenario
+
+    def build(duration_s: float, members: Sequence[TenantConfig]) -> Scenario:
+        data = {
+            "name": f"plan-{_slug(path.stem)}",
+            "description": f"pdctl plan of {path}",
+            "duration_s": duration_s,
+            "drain_s": 300.0,
+            "control_interval_s": 10.0,
+            "seed": seed,
+            "cluster": cluster.model_dump(),
+            "tenant_groups": [{"name": GROUP_NAME, "gpu_budget": budget, "decode": budget // cluster.tp}],
+            "tenants": [t.model_dump() for t in members],
+        }
+        try:
+            return Scenario.model_validate(data)
+        except ValueError as exc:
+            first = str(exc).splitlines()
+            raise PlanInputError(f"{path}: {first[-1].strip() if first else exc}") from None
+
+    source_out = _choose_part(out_tenants, own_duration_s, horizon_s, build)
+    _check_profile(source_out.scenario)
+    return source_out
+
+
+def _replay_span_s(workload: AzureTraceWorkload | MooncakeTraceWorkload) -> tuple[NDArray[np.float64], float]:
+    """A trace's arrivals (from 0) and its span: to the last request plus one mean gap."""
+    arrival = load_trace_cached(workload).arrival_s
+    last = float(arrival[-1]) if len(arrival) else 0.0
+    gap = last / (len(arrival) - 1) if len(arrival) > 1 else 1.0
+    return arrival, max(last + gap, 1.0)
+
+
+def _choose_part(
+    tenants: Sequence[TenantConfig],
+    own_duration_s: float | None,
+    horizon_s: float | None,
+    build: Any,
+) -> PlanSource:
+    """Which part of the source the probes replay (see :func:`load_plan_source`)."""
+    kinds = {t.workload.kind for t in tenants}
+    replay = own_duration_s is None and kinds <= {"trace_azure", "trace_mooncake"}
+    if replay:
+        tenant = tenants[0]
+        workload = tenant.workload
+        assert isinstance(workload, AzureTraceWorkload | MooncakeTraceWorkload)
+        arrival, span_s = _replay_span_s(workload)
+        whole_w = workload.model_copy(update={"start_s": 0.0, "duration_s": span_s, "repeat": False})
+        whole = build(span_s, [tenant.model_copy(update={"workload": whole_w})])
+        if horizon_s is not None:
+            tiled = workload.model_copy(update={"start_s": 0.0, "duration_s": None, "repeat": True})
+            scenario = build(horizon_s, [tenant.model_copy(update={"workload": tiled})])
+            text = (
+                f"--horizon {horizon_s:g}: each probe replays the first m x {horizon_s:g} s of the "
+                f"{span_s:.0f}-s trace (m = rate multiplier; tiled when longer)"
+            )
+            return PlanSource(scenario, whole, "horizon", text)
+        if len(arrival) <= MAX_WHOLE_REQUESTS:
+            text = f"every probe replays the whole {span_s:.0f}-s trace ({len(arrival)} requests), time-compressed by m"
+            return PlanSource(whole, whole, "whole", text)
+        length_s = span_s * MAX_WHOLE_REQUESTS / len(arrival)
+        counts = np.bincount((arrival // 60.0).astype(np.int64))
+        peak_s = 60.0 * int(np.argmax(counts)) + 30.0
+        start_s = min(max(peak_s - length_s / 2, 0.0), span_s - length_s)
+        window_w = workload.model_copy(update={"start_s": start_s, "duration_s": length_s, "repeat": False})
+        scenario = build(length_s, [tenant.model_copy(update={"workload": window_w})])
+        text = (
+            f"every probe replays trace time {start_s:.0f}-{start_s + length_s:.0f} s of {span_s:.0f} s "
+            f"(the window of {MAX_WHOLE_REQUESTS} requests around the busiest minute, at {peak_s - 30:.0f} s)"
+        )
+        return PlanSource(scenario, whole, "peak-window", text)
+    stationary = kinds <= set(_STATIONARY_KINDS)
+    if stationary:
+        whole_s = min(own_duration_s or STATIONARY_VALIDATION_S, STATIONARY_VALIDATION_S)
+        probe_s = horizon_s if horizon_s is not None else min(STATIONARY_HORIZON_S, whole_s)
+        text = (
+            f"stationary synthetic workload: each probe runs {probe_s:g} s of arrivals (any window of that length "
+            f"is statistically alike; the validation replay runs {max(whole_s, probe_s):g} s)"
+        )
+        return PlanSource(build(probe_s, tenants), build(max(whole_s, probe_s), tenants), "stationary", text)
+    if own_duration_s is None:  # a ServeGen folder: a day of per-client distributions, sampled from its start
+        probe_s = horizon_s if horizon_s is not None else STATIONARY_HORIZON_S
+        text = (
+            f"ServeGen: each probe samples the first m x {probe_s:g} s of the day (not the whole day, nor its peak; "
+            "use a scenario with a ServeGen window to plan another part)"
+        )
+        return PlanSource(build(probe_s, tenants), build(probe_s, tenants), "horizon", text)
+    whole_s = own_duration_s
+    whole = build(whole_s, tenants)
+    if horizon_s is None:
+        return PlanSource(whole, whole, "whole", f"every probe runs the source's whole {whole_s:g} s")
+    text = f"--horizon {horizon_s:g}: each probe runs the first {horizon_s:g} s of the source's {whole_s:g} s"
+    return PlanSource(build(horizon_s, tenants), whole, "horizon", text)
 
 
 def _slug(text: str) -> str:
@@ -267,7 +393,9 @@ def _profile_cached(name: str, directory: str) -> OperatorProfile:
     return load_operator_profile(name, None if directory == "None" else directory)
 
 
-def _yaml_source(path: Path, traces_dir: str | Path | None) -> tuple[list[TenantConfig], ClusterConfig | None, int]:
+def _yaml_source(
+    path: Path, traces_dir: str | Path | None
+) -> tuple[list[TenantConfig], ClusterConfig | None, int, float | None]:
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError) as exc:
@@ -281,7 +409,8 @@ def _yaml_source(path: Path, traces_dir: str | Path | None) -> tuple[list[Tenant
             scenario = load_scenario(path, traces_dir=traces_dir)
         except ScenarioError as exc:
             raise PlanInputError(exc.problems[0]) from None
-        return list(scenario.tenants), scenario.cluster, sum(g.gpu_budget for g in scenario.tenant_groups)
+        budget = sum(g.gpu_budget for g in scenario.tenant_groups)
+        return list(scenario.tenants), scenario.cluster, budget, scenario.duration_s
     if not isinstance(data, dict) or not data:
         raise PlanInputError(f"{path}: expected a scenario or a fitted-workload file (tenant: workload)")
     tenants = []
@@ -292,7 +421,7 @@ def _yaml_source(path: Path, traces_dir: str | Path | None) -> tuple[list[Tenant
         except ValueError as exc:
             detail = str(exc).splitlines()
             raise PlanInputError(f"{path}: {name}: not a workload ({detail[-1].strip() if detail else exc})") from None
-    return tenants, None, 0
+    return tenants, None, 0, None
 
 
 def _trace_source(path: Path) -> list[TenantConfig]:
@@ -301,7 +430,7 @@ def _trace_source(path: Path) -> list[TenantConfig]:
     except WorkloadError as exc:
         raise PlanInputError(str(exc).splitlines()[0]) from None
     spec: dict[str, Any]
-    window = {"start_s": 0.0, "repeat": True}
+    window = {"start_s": 0.0, "repeat": False}
     if kind == "azure":
         spec = {"kind": "trace_azure", "path": str(path), **window}
     elif kind == "mooncake":
@@ -319,12 +448,30 @@ def _trace_source(path: Path) -> list[TenantConfig]:
     return [TenantConfig(name="default", group=GROUP_NAME, workload=parse_workload_config(spec))]
 
 
+def time_compressed(scenario: Scenario) -> bool:
+    """Whether every tenant replays a fixed trace window once (no repeat).
+
+    Then a probe at multiplier ``m`` lasts ``duration_s / m``: it covers the same window at every multiplier.
+    """
+    return all(
+        isinstance(t.workload, AzureTraceWorkload | MooncakeTraceWorkload)
+        and not t.workload.repeat
+        and t.workload.duration_s is not None
+        for t in scenario.tenants
+    )
+
+
 def configured_scenario(scenario: Scenario, config: PlanConfig, rate_scale: float = 1.0) -> Scenario:
-    """``scenario`` with its group deployed as ``config`` and every tenant's rate multiplied by ``rate_scale``."""
+    """``scenario`` with its group deployed as ``config`` and every tenant's rate multiplied by ``rate_scale``.
+
+    A :func:`time_compressed` scenario also lasts ``1 / rate_scale`` as long (the same trace window, faster).
+    """
     group = scenario.tenant_groups[0]
     if config.is_aggregated:
         pools = {"prefill": 0, "decode": 0, "aggregated": config.num_decode}
     else:
         pools = {"prefill": config.num_prefill, "decode": config.num_decode, "aggregated": 0}
-    deployed = scenario.model_copy(update={"tenant_groups": [group.model_copy(update=pools)]})
-    return scale_rates(deployed, rate_scale)
+    update: dict[str, Any] = {"tenant_groups": [group.model_copy(update=pools)]}
+    if rate_scale != 1.0 and time_compressed(scenario):
+        update["duration_s"] = scenario.duration_s / rate_scale
+    return scale_rates(scenario.model_copy(update=update), rate_scale)

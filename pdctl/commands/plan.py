@@ -106,16 +106,66 @@ def _print(result: Any, console: Console, top: int) -> None:
                 point["label"],
             )
         console.print(front)
+    _print_coverage(result, console)
+    _print_validation(result, console)
     best = result.best
     console.print(
-        f"[bold]best:[/bold] {best.config.label}  max sustainable rate {result.max_sustainable_rps:.1f} req/s "
-        f"(x{best.lo:.3g} the workload's rate; {result.base_rate_rps:.2f} req/s over its first "
-        f"{result.scenario.duration_s:g} s) at >= {result.target_frac:.0%} SLO attainment"
+        f"[bold]best:[/bold] {best.config.label}  max sustainable rate {result.max_sustainable_rps:.2f} req/s "
+        f"(x{best.lo:.3g} the workload's rate of {result.base_rate_rps:.2f} req/s over the planned part) at >= "
+        f"{result.target_frac:.0%} SLO attainment"
+        + ("" if result.validated else " [bold red](NOT validated)[/bold red]")
     )
     stages = ", ".join(f"{s['stage']} {s['configs']} configs/{s['probes']} probes" for s in result.stages)
     console.print(
         f"searched in {result.wall_s:.1f} s wall: {result.num_probes} probes ({result.num_cache_hits} cached); {stages}"
     )
+
+
+def _print_coverage(result: Any, console: Console) -> None:
+    coverage = result.coverage
+    if coverage is None:
+        return
+    console.print(f"[bold]planned part:[/bold] {coverage.description}")
+    table = Table(title="Planned part vs the whole source (source time, x1)")
+    for column in ("", "requests", "rate rps", "CV/min", "peak/mean", "in p50/p90/p99", "out p50/p90/p99"):
+        table.add_column(column, justify="left" if not column else "right")
+    for name, stats in (("planned part", coverage.covered), ("whole source", coverage.whole)):
+        table.add_row(
+            name,
+            str(stats.requests),
+            f"{stats.rate_rps:.3g}",
+            f"{stats.minute_cv:.2f}",
+            f"{stats.peak_to_mean:.2f}",
+            f"{stats.input_p50_tokens:.0f}/{stats.input_p90_tokens:.0f}/{stats.input_p99_tokens:.0f}",
+            f"{stats.output_p50_tokens:.0f}/{stats.output_p90_tokens:.0f}/{stats.output_p99_tokens:.0f}",
+        )
+    console.print(table)
+    for line in coverage.warnings:
+        console.print(f"[bold yellow]warning:[/bold yellow] {line}")
+
+
+def _print_validation(result: Any, console: Console) -> None:
+    checked = result.validation
+    if checked is None:
+        console.print("validation replay: skipped (--no-validate)")
+        return
+    for replay in checked.replays:
+        verdict = "passes" if replay.slo_attainment_frac >= checked.target_frac else "MISSES the target"
+        console.print(
+            f"validation replay (whole source, seed {checked.seed}): {replay.config.label} at x{replay.rate_scale:.3g} "
+            f"({replay.offered_rps:.2f} req/s, {replay.num_arrived} requests): SLO attainment "
+            f"{100 * replay.slo_attainment_frac:.1f} % -> {verdict}"
+        )
+    if not checked.passed:
+        console.print(
+            f"[bold red]warning:[/bold red] none of the {len(checked.replays)} leading configurations meets "
+            f"{checked.target_frac:.0%} on the whole source at its searched rate; the recommendation is unvalidated"
+        )
+    elif result.search_best is not None and checked.recommended is not result.search_best:
+        console.print(
+            f"[bold yellow]fallback:[/bold yellow] the search's best ({result.search_best.config.label}) failed its "
+            f"validation replay; recommending {checked.recommended.config.label}, the next that passes"
+        )
 
 
 def _write(path: Path, text: str) -> None:
@@ -136,12 +186,13 @@ def _run(
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from agents.planning import PlanInputError, best_scenario, load_plan_scenario, parse_slo, plan, policy_document
+    from agents.planning import PlanInputError, best_scenario, load_plan_source, parse_slo, plan, policy_document
+    from agents.planning.coverage import coverage_of
     from policies.policy_file import PolicyFileError, dump_policy_yaml, load_policy_text, resolve_policy
 
     try:
         slo = parse_slo(slo_text) if slo_text is not None else None
-        scenario = load_plan_scenario(
+        planned = load_plan_source(
             source,
             gpus=gpus,
             slo=slo,
@@ -153,6 +204,7 @@ def _run(
         )
     except PlanInputError as exc:
         raise _fail(str(exc)) from None
+    scenario = planned.scenario
     console = Console(stderr=False, width=140)
     with Progress(
         TextColumn("[progress.description]{task.description}"),
@@ -176,7 +228,10 @@ def _run(
                 cache_dir=options["cache_dir"],
                 exhaustive=options["exhaustive"],
                 progress=on_progress,
+                whole=planned.whole,
+                validation=options["validate"],
             )
+            result.coverage = coverage_of(planned, result.best.lo if result.best.lo > 0 else 1.0)
         except (ValueError, OSError) as exc:
             raise _fail(f"{source}: {str(exc).splitlines()[0]}") from None
     _print(result, console, options["top"])
@@ -230,7 +285,15 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         levels: str = typer.Option(
             "512,1024,2048,4096,8192", "--levels", help="Remote-prefill min_input_tokens levels to try."
         ),
-        horizon_s: float = typer.Option(30.0, "--horizon", help="Simulated seconds of arrivals per probe."),
+        horizon_s: float | None = typer.Option(
+            None,
+            "--horizon",
+            help="Quick look: simulated seconds of arrivals per probe, from the source's start (default: the whole "
+            "source, or a window around its peak).",
+        ),
+        no_validate: bool = typer.Option(
+            False, "--no-validate", help="Skip the validation replay of the recommendation over the whole source."
+        ),
         target: float = typer.Option(0.9, "--target", help="SLO attainment that counts as sustainable."),
         seed: int = typer.Option(0, "--seed", help="Workload seed (every probe uses it)."),
         workers: int = typer.Option(0, "--workers", help="Processes (0 = the CPUs available)."),
@@ -248,7 +311,7 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
     ) -> None:
         """Search aggregated vs disaggregated P:D splits and routing thresholds for a workload and SLO."""
-        if horizon_s <= 0:
+        if horizon_s is not None and horizon_s <= 0:
             raise _fail("--horizon: must be positive")
         if not 0 < target <= 1:
             raise _fail("--target: must be within (0, 1]")
@@ -267,5 +330,6 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
             "top": top,
             "traces": traces,
             "quiet": quiet,
+            "validate": not no_validate,
         }
         _run(workload, slo, gpus, options, out, emit_policy)

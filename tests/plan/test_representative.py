@@ -1,0 +1,163 @@
+"""Representative planning: which part of the source probes cover, the validation replay, the Pareto rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import agents.planning.inputs as inputs_module
+import agents.planning.validate as validate_module
+from agents.planning import Capacity, PlanConfig, Probe, load_plan_source, parse_slo
+from agents.planning.coverage import compare_stats, coverage_of, workload_stats
+from agents.planning.result import pareto_front
+from agents.planning.validate import validate
+from env.scenario import Scenario
+
+SLO = parse_slo("ttft_p95=2s,tpot_p95=80ms")
+_POISSON = {
+    "kind": "poisson",
+    "rate_rps": 1.0,
+    "input_tokens": {"kind": "fixed", "tokens": 8},
+    "output_tokens": {"kind": "fixed", "tokens": 8},
+}
+
+
+def _bursty_azure(path: Path, seed: int = 0) -> Path:
+    """One hour at ~0.5 req/s with a 3-minute burst of ~10 req/s starting at minute 50."""
+    rng = np.random.default_rng(seed)
+    calm = np.sort(rng.uniform(0.0, 3600.0, 1800))
+    burst = np.sort(rng.uniform(3000.0, 3180.0, 1800))
+    times = np.sort(np.concatenate([calm, burst]))
+    lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    for t in times:
+        whole = int(t)
+        stamp = (
+            f"2023-11-16 {10 + whole // 3600:02d}:{whole % 3600 // 60:02d}:{whole % 60:02d}.{int((t % 1) * 1e7):07d}"
+        )
+        lines.append(f"{stamp},{int(rng.integers(100, 3000))},{int(rng.integers(1, 100))}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _source(csv: Path, horizon_s: float | None = None) -> object:
+    return load_plan_source(csv, gpus=2, slo=SLO, horizon_s=horizon_s)
+
+
+def test_default_replays_the_whole_trace_and_warns_of_nothing(tmp_path: Path) -> None:
+    source = _source(_bursty_azure(tmp_path / "t.csv"))
+    assert source.mode == "whole"  # type: ignore[attr-defined]
+    coverage = coverage_of(source, 1.7)  # type: ignore[arg-type]
+    assert coverage.covered.requests == coverage.whole.requests == 3600
+    assert coverage.warnings == []
+    assert coverage.whole.peak_minute_s == pytest.approx(3000.0, abs=180.0)
+    assert coverage.whole.peak_to_mean > 3
+
+
+def test_large_trace_is_planned_over_a_window_that_holds_its_peak(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inputs_module, "MAX_WHOLE_REQUESTS", 600)
+    source = _source(_bursty_azure(tmp_path / "t.csv"))
+    assert source.mode == "peak-window"  # type: ignore[attr-defined]
+    workload = source.scenario.tenants[0].workload  # type: ignore[attr-defined]
+    start, length = workload.start_s, workload.duration_s
+    assert length == pytest.approx(3600 * 600 / 3600, rel=0.05)
+    busiest = coverage_of(source, 1.0).whole.peak_minute_s  # type: ignore[arg-type]
+    assert start <= busiest
+    assert busiest + 60 <= start + length
+    assert not workload.repeat
+    # a time-compressed window: a probe at x2 lasts half as long and replays the same requests
+    from agents.planning.inputs import configured_scenario
+
+    faster = configured_scenario(source.scenario, PlanConfig(1, 1, "always_remote"), 2.0)  # type: ignore[attr-defined]
+    assert faster.duration_s == pytest.approx(length / 2)
+
+
+def test_a_short_horizon_is_reported_with_what_it_leaves_out(tmp_path: Path) -> None:
+    source = _source(_bursty_azure(tmp_path / "t.csv"), horizon_s=30.0)
+    assert source.mode == "horizon"  # type: ignore[attr-defined]
+    coverage = coverage_of(source, 2.0)  # type: ignore[arg-type]
+    assert coverage.covered.span_s == pytest.approx(60.0)
+    assert "leaving out" in coverage.description
+    assert coverage.warnings
+    assert "differs materially" in coverage.warnings[0]
+    assert any("busiest minute" in w for w in coverage.warnings)
+    assert any("request rate" in w for w in coverage.warnings)
+
+
+def test_compare_stats_names_each_material_difference() -> None:
+    rng = np.random.default_rng(1)
+    arrival = np.sort(rng.uniform(0, 600, 600))
+    lengths = rng.integers(100, 200, 600)
+    base = workload_stats(arrival, lengths, lengths, 600.0)
+    assert compare_stats(base, base) == []
+    doubled = workload_stats(np.sort(np.concatenate([arrival, arrival])), *(np.tile(lengths, 2),) * 2, 600.0)
+    assert [w.split()[0] for w in compare_stats(doubled, base)] == ["request"]
+    longer = workload_stats(arrival, lengths * 3, lengths, 600.0)
+    assert any(w.startswith("input p50") for w in compare_stats(longer, base))
+
+
+def _probe(config: PlanConfig, scale: float, attainment: float, offered: float = 1.0, per_gpu: float = 0.1) -> Probe:
+    return Probe(config, scale, offered, offered * attainment, attainment, per_gpu, 100, 0.5, 0.0)
+
+
+def test_validation_falls_back_to_the_next_configuration_that_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second, third = (
+        PlanConfig(3, 1, "always_remote"),
+        PlanConfig(2, 2, "always_remote"),
+        PlanConfig(0, 4, "aggregated"),
+    )
+    verdict = {first: 0.7, second: 0.93, third: 0.99}
+    seeds: list[int] = []
+
+    def fake(scenario: Scenario, config: PlanConfig, rate_scale: float, stop: float | None = None) -> Probe:
+        assert stop is None  # validation runs to the end
+        seeds.append(scenario.seed)
+        return _probe(config, rate_scale, verdict[config])
+
+    monkeypatch.setattr(validate_module, "run_probe", fake)
+    whole = Scenario.model_validate(
+        {
+            "name": "w",
+            "duration_s": 10.0,
+            "seed": 5,
+            "tenant_groups": [{"name": "main", "gpu_budget": 4, "decode": 4}],
+            "tenants": [{"name": "t", "group": "main", "slo": {"ttft_p95_s": 1.0}, "workload": _POISSON}],
+        }
+    )
+    ranked = [Capacity(first, 2.0), Capacity(PlanConfig(1, 3, "remote>=512"), 0.0), Capacity(second, 1.5),
+              Capacity(third, 1.0)]  # fmt: skip
+    checked = validate(whole, ranked, 0.9)
+    assert checked.recommended is ranked[2]
+    assert [p.config for p in checked.replays] == [first, second]  # a configuration that sustained nothing is skipped
+    assert [p.rate_scale for p in checked.replays] == [2.0, 1.5]  # each at its own sustainable rate
+    assert seeds == [6, 6]  # a seed the search (seed 5) did not use
+    assert checked.as_dict()["replays"][0]["passed"] is False
+    verdict[second] = verdict[third] = 0.5
+    failed = validate(whole, ranked, 0.9)
+    assert not failed.passed
+    assert len(failed.replays) == 3
+
+
+class _FakeRunner:
+    """Probes where two multipliers offer the same rate (the quiet first seconds of a trace)."""
+
+    def run(self, pairs: object, exact: bool = False) -> list[Probe]:
+        out = []
+        for config, scale in pairs:  # type: ignore[attr-defined]
+            offered = 2.0 if scale < 1.0 else 4.0 * scale
+            per_gpu = 0.3 if config.num_prefill == 1 else 0.2 + 0.01 * scale
+            out.append(_probe(config, scale, 0.95, offered, per_gpu))
+        return out
+
+
+def test_pareto_front_has_one_row_per_offered_rate_with_the_best_configuration() -> None:
+    ranked = [Capacity(PlanConfig(2, 2, "always_remote"), 1.0), Capacity(PlanConfig(1, 3, "always_remote"), 1.0)]
+    front, curves = pareto_front(_FakeRunner(), ranked, 1.0)  # type: ignore[arg-type]
+    rates = [row["offered_rps"] for row in front]
+    assert len(rates) == len(set(rates)) == 3  # 0.25, 0.5, 0.75 offer 2 req/s: one row; then 1.0 and 1.25
+    assert rates == sorted(rates)
+    assert all(row["label"] == "1P:3D always_remote" for row in front)
+    assert len(curves["2P:2D always_remote"]) == 5
