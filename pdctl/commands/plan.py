@@ -205,6 +205,11 @@ def _run(
     except PlanInputError as exc:
         raise _fail(str(exc)) from None
     scenario = planned.scenario
+    make = None
+    if options["policy"] is not None:
+        from pdctl.commands.plan_policy import policy_maker
+
+        make = policy_maker(options["policy"], planned.whole, _fail)
     console = Console(stderr=False, width=140)
     with Progress(
         TextColumn("[progress.description]{task.description}"),
@@ -242,6 +247,22 @@ def _run(
             err=True,
         )
         raise typer.Exit(code=EXIT_NO_PLAN)
+    found = None
+    if make is not None:
+        from agents.planning.policy_loop import policy_capacity
+        from pdctl.commands.plan_policy import print_policy
+
+        found = policy_capacity(
+            planned.whole,
+            options["policy"],
+            make,
+            budget_instances=result.gpus // scenario.cluster.tp,
+            target_frac=options["target_frac"],
+            levels_tokens=options["levels"],
+            workers=options["workers"],
+            cache_dir=options["cache_dir"],
+        )
+        print_policy(found, result.best.lo, result.max_sustainable_rps, console)
     if emit_policy is not None:
         text = f"# Written by `pdctl plan {source}`.\n" + dump_policy_yaml(
             load_policy_text(yaml.safe_dump(policy_document(result, str(source)), sort_keys=False), str(emit_policy))
@@ -254,6 +275,7 @@ def _run(
         console.print(f"policy file: {emit_policy}")
     if out is not None:
         document = result.as_dict()
+        document["policy"] = None if found is None else found.as_dict()
         document["command"] = "pdctl plan " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["plan"] else sys.argv[1:])
         _write(out / "plan.json", json.dumps(document, indent=1, default=str) + "\n")
         deployed = best_scenario(result).model_dump(mode="json", exclude_none=True)
@@ -290,6 +312,12 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
             "--horizon",
             help="Quick look: simulated seconds of arrivals per probe, from the source's start (default: the whole "
             "source, or a window around its peak).",
+        ),
+        policy: str | None = typer.Option(
+            None,
+            "--policy",
+            help="A policy in the loop (baseline:NAME, file:PATH, learned:PATH|default, registry:...): the GPUs it "
+            "needs at the workload's rate vs the best static split, and its sustainable rate at --gpus.",
         ),
         no_validate: bool = typer.Option(
             False, "--no-validate", help="Skip the validation replay of the recommendation over the whole source."
@@ -331,5 +359,6 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
             "traces": traces,
             "quiet": quiet,
             "validate": not no_validate,
+            "policy": policy,
         }
         _run(workload, slo, gpus, options, out, emit_policy)
