@@ -194,5 +194,6 @@ def coverage_of(source: PlanSource, rate_scale: float) -> Coverage:
         if full.peak_minute_s >= covered_s:
             warnings.append(f"the busiest minute (at {full.peak_minute_s:.0f} s of the source) is not covered")
     if warnings:
-        warnings.insert(0, "the planned part differs materially from the whole source (drop --horizon to plan all):")
+        remedy = "drop --horizon" if source.mode == "horizon" else "raise --max-whole-requests"
+        warnings.insert(0, f"the planned part differs materially from the whole source ({remedy} to plan all):")
     return Coverage(source.mode, description, part, full, warnings)

@@ -63,10 +63,12 @@ GROUP_NAME = "main"
 """The one tenant group the planner merges a source's groups into."""
 MAX_WHOLE_REQUESTS = 50_000
 """A trace with more requests is planned over the window of this many requests (at its mean rate) around its peak."""
-STATIONARY_HORIZON_S = 30.0
-"""Probe length for a stationary synthetic source (Poisson or Gamma arrivals, fixed length mix) without --horizon."""
-STATIONARY_VALIDATION_S = 120.0
-"""The validation replay of a stationary synthetic source runs this long (or the scenario's own duration if less)."""
+STATIONARY_REQUESTS = 5_000
+"""A stationary synthetic source (Poisson or Gamma arrivals, a fixed length mix) is planned over as many seconds as
+hold this many requests at its rate, within [:data:`STATIONARY_MIN_S`, :data:`STATIONARY_MAX_S`] and at most the
+scenario's own duration: queues that build up slowly under overload show within that time."""
+STATIONARY_MIN_S = 60.0
+STATIONARY_MAX_S = 600.0
 _STATIONARY_KINDS = ("poisson", "gamma")
 
 
@@ -229,6 +231,7 @@ def load_plan_source(
     horizon_s: float | None = None,
     seed: int = 0,
     traces_dir: str | Path | None = None,
+    max_whole_requests: int = MAX_WHOLE_REQUESTS,
 ) -> PlanSource:
     """The source's tenants in one group of ``gpus`` GPUs: the searched scenario and the whole source.
 
@@ -239,9 +242,11 @@ def load_plan_source(
 
     Without ``horizon_s`` a probe is representative of the whole source: an Azure or Mooncake trace is replayed
     whole, time-compressed by the rate multiplier ``m`` (a probe lasts ``span / m``), or, above
-    :data:`MAX_WHOLE_REQUESTS`, over the window holding its busiest minute; a scenario with non-stationary
+    ``max_whole_requests`` (default :data:`MAX_WHOLE_REQUESTS`) requests, over the window of that many
+    requests (at its mean rate) centred on its busiest minute; a scenario with non-stationary
     workloads runs its own duration; a stationary synthetic source (Poisson or Gamma arrivals, and a fitted
-    router log) runs :data:`STATIONARY_HORIZON_S`. With ``horizon_s`` (a quick look) a probe covers the first
+    router log) runs long enough for :data:`STATIONARY_REQUESTS` requests (within bounds and its own duration).
+    With ``horizon_s`` (a quick look) a probe covers the first
     ``m × horizon_s`` seconds of a trace (tiled when the trace is shorter) or of a scenario.
 
     Raises:
@@ -295,7 +300,7 @@ def load_plan_source(
             first = str(exc).splitlines()
             raise PlanInputError(f"{path}: {first[-1].strip() if first else exc}") from None
 
-    source_out = _choose_part(out_tenants, own_duration_s, horizon_s, build)
+    source_out = _choose_part(out_tenants, own_duration_s, horizon_s, build, max_whole_requests)
     _check_profile(source_out.scenario)
     return source_out
 
@@ -313,6 +318,7 @@ def _choose_part(
     own_duration_s: float | None,
     horizon_s: float | None,
     build: Any,
+    max_whole_requests: int = MAX_WHOLE_REQUESTS,
 ) -> PlanSource:
     """Which part of the source the probes replay (see :func:`load_plan_source`)."""
     kinds = {t.workload.kind for t in tenants}
@@ -332,10 +338,10 @@ def _choose_part(
                 f"{span_s:.0f}-s trace (m = rate multiplier; tiled when longer)"
             )
             return PlanSource(scenario, whole, "horizon", text)
-        if len(arrival) <= MAX_WHOLE_REQUESTS:
+        if len(arrival) <= max_whole_requests:
             text = f"every probe replays the whole {span_s:.0f}-s trace ({len(arrival)} requests), time-compressed by m"
             return PlanSource(whole, whole, "whole", text)
-        length_s = span_s * MAX_WHOLE_REQUESTS / len(arrival)
+        length_s = span_s * max_whole_requests / len(arrival)
         counts = np.bincount((arrival // 60.0).astype(np.int64))
         peak_s = 60.0 * int(np.argmax(counts)) + 30.0
         start_s = min(max(peak_s - length_s / 2, 0.0), span_s - length_s)
@@ -343,20 +349,26 @@ def _choose_part(
         scenario = build(length_s, [tenant.model_copy(update={"workload": window_w})])
         text = (
             f"every probe replays trace time {start_s:.0f}-{start_s + length_s:.0f} s of {span_s:.0f} s "
-            f"(the window of {MAX_WHOLE_REQUESTS} requests around the busiest minute, at {peak_s - 30:.0f} s)"
+            f"(the window of {max_whole_requests} requests at the mean rate, centred on the busiest minute at "
+            f"{peak_s - 30:.0f} s)"
         )
         return PlanSource(scenario, whole, "peak-window", text)
     stationary = kinds <= set(_STATIONARY_KINDS)
     if stationary:
-        whole_s = min(own_duration_s or STATIONARY_VALIDATION_S, STATIONARY_VALIDATION_S)
-        probe_s = horizon_s if horizon_s is not None else min(STATIONARY_HORIZON_S, whole_s)
-        text = (
-            f"stationary synthetic workload: each probe runs {probe_s:g} s of arrivals (any window of that length "
-            f"is statistically alike; the validation replay runs {max(whole_s, probe_s):g} s)"
-        )
-        return PlanSource(build(probe_s, tenants), build(max(whole_s, probe_s), tenants), "stationary", text)
+        rate_rps = sum(getattr(t.workload, "rate_rps", 0.0) for t in tenants)
+        whole_s = min(max(STATIONARY_REQUESTS / max(rate_rps, 1e-9), STATIONARY_MIN_S), STATIONARY_MAX_S)
+        whole_s = min(whole_s, own_duration_s or whole_s)
+        whole = build(whole_s, tenants)
+        if horizon_s is None:
+            text = (
+                f"stationary synthetic workload: every probe runs {whole_s:.0f} s of arrivals (about "
+                f"{rate_rps * whole_s:.0f} requests at x1; any window that long is statistically alike)"
+            )
+            return PlanSource(whole, whole, "stationary", text)
+        text = f"--horizon {horizon_s:g}: each probe runs {horizon_s:g} s of arrivals (validation: {whole_s:.0f} s)"
+        return PlanSource(build(horizon_s, tenants), whole, "horizon", text)
     if own_duration_s is None:  # a ServeGen folder: a day of per-client distributions, sampled from its start
-        probe_s = horizon_s if horizon_s is not None else STATIONARY_HORIZON_S
+        probe_s = horizon_s if horizon_s is not None else 30.0
         text = (
             f"ServeGen: each probe samples the first m x {probe_s:g} s of the day (not the whole day, nor its peak; "
             "use a scenario with a ServeGen window to plan another part)"

@@ -64,15 +64,23 @@ class Validation:
 def validate(whole: Scenario, ranked: Sequence[Capacity], target_frac: float, max_tries: int = 4) -> Validation:
     """Replay the ranked configurations (best first) over ``whole`` until one meets ``target_frac`` (module doc).
 
-    Configurations that sustained no multiplier are skipped.
+    Configurations that sustained no multiplier are skipped, and so are per-tenant variants of a configuration that
+    failed at the same multiplier.
     """
     seed = whole.seed + VALIDATION_SEED_OFFSET
     scenario = whole.model_copy(update={"seed": seed})
     out = Validation(seed=seed, target_frac=target_frac)
-    for cap in [c for c in ranked if c.lo > 0][:max_tries]:
+    failed: set[tuple[int, int, str, float]] = set()
+    for cap in [c for c in ranked if c.lo > 0]:
+        split = (cap.config.num_prefill, cap.config.num_decode, cap.config.route, cap.lo)
+        if split in failed:  # a per-tenant variant of a configuration that failed at the same rate
+            continue
+        if len(out.replays) >= max_tries:
+            break
         probe = run_probe(scenario, cap.config, cap.lo)
         out.replays.append(probe)
         if probe.slo_attainment_frac >= target_frac:
             out.recommended = cap
             break
+        failed.add(split)
     return out

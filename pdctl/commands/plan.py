@@ -85,8 +85,8 @@ def _print(result: Any, console: Console, top: int) -> None:
         table.add_row(
             str(index),
             cap.config.label,
-            f"{cap.lo:.3g}",
-            f"{result.offered_rps(cap.lo) if cap.lo > 0 else 0.0:.1f}",
+            f"{cap.lo:.3g}" if cap.lo > 0 or cap.hi is None else f"<{cap.hi:.3g}",
+            f"{result.offered_rps(cap.lo):.2f}" if cap.lo > 0 else "-",
             "-" if at_max is None else f"{at_max.goodput_rps:.1f}",
             "-" if at_max is None else f"{100 * at_max.slo_attainment_frac:.1f}",
             "-" if at_one is None else f"{100 * at_one.slo_attainment_frac:.1f}",
@@ -115,6 +115,12 @@ def _print(result: Any, console: Console, top: int) -> None:
         f"{result.target_frac:.0%} SLO attainment"
         + ("" if result.validated else " [bold red](NOT validated)[/bold red]")
     )
+    if result.validated:
+        replay = result.validation.replays[-1]
+        console.print(
+            f"[bold]validated:[/bold] the whole source at x{replay.rate_scale:.3g} ({replay.offered_rps:.2f} req/s, "
+            f"{replay.num_arrived} requests) meets the SLO for {100 * replay.slo_attainment_frac:.1f} % of requests"
+        )
     stages = ", ".join(f"{s['stage']} {s['configs']} configs/{s['probes']} probes" for s in result.stages)
     console.print(
         f"searched in {result.wall_s:.1f} s wall: {result.num_probes} probes ({result.num_cache_hits} cached); {stages}"
@@ -201,6 +207,7 @@ def _run(
             horizon_s=options["horizon_s"],
             seed=options["seed"],
             traces_dir=options["traces"],
+            max_whole_requests=options["max_whole_requests"],
         )
     except PlanInputError as exc:
         raise _fail(str(exc)) from None
@@ -319,6 +326,11 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
             help="A policy in the loop (baseline:NAME, file:PATH, learned:PATH|default, registry:...): the GPUs it "
             "needs at the workload's rate vs the best static split, and its sustainable rate at --gpus.",
         ),
+        max_whole_requests: int = typer.Option(
+            50_000,
+            "--max-whole-requests",
+            help="A trace with more requests is planned over the window of this many around its busiest minute.",
+        ),
         no_validate: bool = typer.Option(
             False, "--no-validate", help="Skip the validation replay of the recommendation over the whole source."
         ),
@@ -343,6 +355,8 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
             raise _fail("--horizon: must be positive")
         if not 0 < target <= 1:
             raise _fail("--target: must be within (0, 1]")
+        if max_whole_requests < 1:
+            raise _fail("--max-whole-requests: must be at least 1")
         if tp is not None and tp < 1:
             raise _fail("--tp: must be at least 1")
         options = {
@@ -360,5 +374,6 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
             "quiet": quiet,
             "validate": not no_validate,
             "policy": policy,
+            "max_whole_requests": max_whole_requests,
         }
         _run(workload, slo, gpus, options, out, emit_policy)

@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import agents.planning.inputs as inputs_module
 import agents.planning.validate as validate_module
 from agents.planning import Capacity, PlanConfig, Probe, load_plan_source, parse_slo
 from agents.planning.coverage import compare_stats, coverage_of, workload_stats
@@ -41,8 +40,8 @@ def _bursty_azure(path: Path, seed: int = 0) -> Path:
     return path
 
 
-def _source(csv: Path, horizon_s: float | None = None) -> object:
-    return load_plan_source(csv, gpus=2, slo=SLO, horizon_s=horizon_s)
+def _source(csv: Path, horizon_s: float | None = None, max_whole_requests: int = 50_000) -> object:
+    return load_plan_source(csv, gpus=2, slo=SLO, horizon_s=horizon_s, max_whole_requests=max_whole_requests)
 
 
 def test_default_replays_the_whole_trace_and_warns_of_nothing(tmp_path: Path) -> None:
@@ -55,11 +54,8 @@ def test_default_replays_the_whole_trace_and_warns_of_nothing(tmp_path: Path) ->
     assert coverage.whole.peak_to_mean > 3
 
 
-def test_large_trace_is_planned_over_a_window_that_holds_its_peak(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(inputs_module, "MAX_WHOLE_REQUESTS", 600)
-    source = _source(_bursty_azure(tmp_path / "t.csv"))
+def test_large_trace_is_planned_over_a_window_that_holds_its_peak(tmp_path: Path) -> None:
+    source = _source(_bursty_azure(tmp_path / "t.csv"), max_whole_requests=600)
     assert source.mode == "peak-window"  # type: ignore[attr-defined]
     workload = source.scenario.tenants[0].workload  # type: ignore[attr-defined]
     start, length = workload.start_s, workload.duration_s
