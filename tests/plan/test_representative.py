@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import agents.planning.probes as probes_module
 import agents.planning.validate as validate_module
-from agents.planning import Capacity, PlanConfig, Probe, load_plan_source, parse_slo
+from agents.planning import Capacity, PlanConfig, Probe, load_plan_source, parse_slo, plan, policy_document
 from agents.planning.coverage import compare_stats, coverage_of, workload_stats
 from agents.planning.result import pareto_front
 from agents.planning.validate import validate
@@ -157,3 +158,46 @@ def test_pareto_front_has_one_row_per_offered_rate_with_the_best_configuration()
     assert rates == sorted(rates)
     assert all(row["label"] == "1P:3D always_remote" for row in front)
     assert len(curves["2P:2D always_remote"]) == 5
+
+
+def test_plan_recommends_the_next_configuration_when_the_best_fails_validation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    capacity = {PlanConfig(0, 3, "aggregated"): 0.6, PlanConfig(1, 2, "always_remote"): 2.0}
+    capacity.update({PlanConfig(2, 1, "always_remote"): 1.4, PlanConfig(1, 2, "remote>=1024"): 0.9})
+
+    def cap(config: PlanConfig) -> float:
+        return capacity.get(config, 0.3)
+
+    def search_probe(scenario: Scenario, config: PlanConfig, rate_scale: float, stop: float | None = None) -> Probe:
+        attainment = 1.0 if rate_scale <= cap(config) else 0.5
+        return _probe(config, rate_scale, attainment, offered=rate_scale, per_gpu=rate_scale * attainment / 3)
+
+    replayed: list[PlanConfig] = []
+
+    def replay(scenario: Scenario, config: PlanConfig, rate_scale: float, stop: float | None = None) -> Probe:
+        replayed.append(config)
+        # on the whole source the search's best does not hold its rate; the runner-up does
+        return _probe(config, rate_scale, 0.6 if config == PlanConfig(1, 2, "always_remote") else 0.95)
+
+    monkeypatch.setattr(probes_module, "run_probe", search_probe)
+    monkeypatch.setattr(validate_module, "run_probe", replay)
+    scenario = Scenario.model_validate(
+        {
+            "name": "s",
+            "duration_s": 10.0,
+            "tenant_groups": [{"name": "main", "gpu_budget": 3, "decode": 3}],
+            "tenants": [{"name": "t", "group": "main", "slo": {"ttft_p95_s": 1.0}, "workload": _POISSON}],
+        }
+    )
+    result = plan(scenario, levels_tokens=(1024,), exhaustive=True)
+    assert result.search_best is not None
+    assert result.search_best.config == PlanConfig(1, 2, "always_remote")
+    assert result.best.config == PlanConfig(2, 1, "always_remote")  # the next in the ranking, which passed
+    assert replayed == [PlanConfig(1, 2, "always_remote"), PlanConfig(2, 1, "always_remote")]
+    assert result.validated
+    document = result.as_dict()
+    assert document["best"]["label"] == "2P:1D always_remote"
+    assert document["search_best"]["label"] == "1P:2D always_remote"
+    assert [r["passed"] for r in document["validation"]["replays"]] == [False, True]
+    assert "2P:1D" in policy_document(result)["description"]
