@@ -17,7 +17,10 @@ Modules, each with one job:
   probe cache keyed by the code version, and the process pool;
 * :mod:`agents.planning.search` — the split/threshold search (shared bisection, coarse to fine, per tenant);
 * :mod:`agents.planning.result` — capacities and their ranking, the Pareto front, ``plan.json`` and the
-  emitted policy file.
+  emitted policy file;
+* :mod:`agents.planning.coverage` — which part of the source the probes covered, compared with the whole;
+* :mod:`agents.planning.validate` — the validation replay of the recommendation over the whole source;
+* :mod:`agents.planning.policy_loop` — GPUs needed with a policy in the loop vs the best static split.
 """
 
 from agents.planning.inputs import (

@@ -4,8 +4,10 @@
 workload's request rate at which ≥ ``target_frac`` (90 %) of the arrived requests meet both their TTFT and
 TPOT objectives, found by bisection over ``m`` on the grid ``2 ** (k / steps_per_doubling)`` (≈ 4.4 % steps by
 default, the same grid for every configuration and stage). Every probe (:mod:`agents.planning.probes`) is one
-simulator run of ``horizon_s`` seconds of arrivals (plus a drain), on the same seed for every configuration
-(common random numbers); the ranking is :func:`agents.planning.result.rank_key`.
+simulator run of the scenario (the planned part of the source, :func:`agents.planning.inputs.load_plan_source`;
+plus a drain), on the same seed for every configuration (common random numbers); the ranking is
+:func:`agents.planning.result.rank_key`. Before it is recommended, the best configuration is replayed over the
+whole source on another seed, falling back down the ranking until one passes (:mod:`agents.planning.validate`).
 
 **Search** (AIConfigurator-style offline sweep, made cheap):
 

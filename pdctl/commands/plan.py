@@ -4,7 +4,10 @@ Prints the searched configurations (sustainable rate, goodput at the workload's 
 maximum sustainable rate (≥ 90 % SLO attainment) and the Pareto front of goodput per GPU versus rate. With
 ``--out DIR`` writes ``plan.json``, ``pareto.png`` and ``best_scenario.yaml`` (the searched scenario deployed
 as the best configuration: ``pdctl sim --scenario DIR/best_scenario.yaml --policy file:POLICY`` replays it);
-``--emit-policy FILE`` writes the best configuration as a per-tenant policy file. The search itself is
+``--emit-policy FILE`` writes the best configuration as a per-tenant policy file. Without ``--horizon`` the
+probes cover the whole source (or a window holding its peak); the report compares the planned part with the
+whole and shows the validation replay of the recommendation; ``--policy SPEC`` adds the GPUs that policy needs
+in the loop against the best static split (:mod:`pdctl.commands.plan_policy`). The search itself is
 :mod:`agents.planning`. Bad input prints one line naming the file or field and exits 2.
 """
 
