@@ -29,6 +29,7 @@ __all__ = [
     "WorkloadStats",
     "compare_stats",
     "coverage_of",
+    "covered_interval_s",
     "scenario_requests",
     "workload_stats",
 ]
@@ -197,3 +198,14 @@ def coverage_of(source: PlanSource, rate_scale: float) -> Coverage:
         remedy = "drop --horizon" if source.mode == "horizon" else "raise --max-whole-requests"
         warnings.insert(0, f"the planned part differs materially from the whole source ({remedy} to plan all):")
     return Coverage(source.mode, description, part, full, warnings)
+
+
+def covered_interval_s(source: PlanSource, rate_scale: float) -> tuple[float, float]:
+    """The source-time interval a probe at ``rate_scale`` replays (past the source's end: tiled from its start)."""
+    scenario = source.scenario
+    if source.mode == "peak-window":
+        workload = scenario.tenants[0].workload
+        start_s = float(getattr(workload, "start_s", 0.0))
+        return start_s, start_s + float(getattr(workload, "duration_s", None) or scenario.duration_s)
+    tiled = any(getattr(t.workload, "repeat", False) for t in scenario.tenants) and source.mode == "horizon"
+    return 0.0, scenario.duration_s * (rate_scale if tiled else 1.0)

@@ -196,7 +196,7 @@ def _run(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from agents.planning import PlanInputError, best_scenario, load_plan_source, parse_slo, plan, policy_document
-    from agents.planning.coverage import coverage_of
+    from agents.planning.coverage import coverage_of, covered_interval_s
     from policies.policy_file import PolicyFileError, dump_policy_yaml, load_policy_text, resolve_policy
 
     try:
@@ -286,6 +286,8 @@ def _run(
     if out is not None:
         document = result.as_dict()
         document["policy"] = None if found is None else found.as_dict()
+        for probe in document["probes"]:
+            probe["covered_source_s"] = list(covered_interval_s(planned, probe["rate_scale"]))
         document["command"] = "pdctl plan " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["plan"] else sys.argv[1:])
         _write(out / "plan.json", json.dumps(document, indent=1, default=str) + "\n")
         deployed = best_scenario(result).model_dump(mode="json", exclude_none=True)

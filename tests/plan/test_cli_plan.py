@@ -104,6 +104,7 @@ def test_plan_of_a_trace_writes_results_and_a_valid_policy(tmp_path: Path, trace
     assert "leaving out" in output
     assert "differs materially" in output
     assert document["coverage"]["mode"] == "horizon"
+    assert all(p["covered_source_s"] == [0.0, pytest.approx(5.0 * p["rate_scale"])] for p in document["probes"])
     # the validation replay runs by default, over the whole trace, on a seed the search did not use
     assert "validation replay (whole source, seed 1)" in output
     validation = document["validation"]

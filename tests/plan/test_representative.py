@@ -10,7 +10,7 @@ import pytest
 import agents.planning.probes as probes_module
 import agents.planning.validate as validate_module
 from agents.planning import Capacity, PlanConfig, Probe, load_plan_source, parse_slo, plan, policy_document
-from agents.planning.coverage import compare_stats, coverage_of, workload_stats
+from agents.planning.coverage import compare_stats, coverage_of, covered_interval_s, workload_stats
 from agents.planning.result import pareto_front
 from agents.planning.validate import validate
 from env.scenario import Scenario
@@ -62,6 +62,7 @@ def test_large_trace_is_planned_over_a_window_that_holds_its_peak(tmp_path: Path
     start, length = workload.start_s, workload.duration_s
     assert length == pytest.approx(3600 * 600 / 3600, rel=0.05)
     busiest = coverage_of(source, 1.0).whole.peak_minute_s  # type: ignore[arg-type]
+    assert covered_interval_s(source, 3.0) == (start, start + length)  # type: ignore[arg-type]
     assert start <= busiest
     assert busiest + 60 <= start + length
     assert not workload.repeat
@@ -77,6 +78,7 @@ def test_a_short_horizon_is_reported_with_what_it_leaves_out(tmp_path: Path) -> 
     assert source.mode == "horizon"  # type: ignore[attr-defined]
     coverage = coverage_of(source, 2.0)  # type: ignore[arg-type]
     assert coverage.covered.span_s == pytest.approx(60.0)
+    assert covered_interval_s(source, 2.0) == (0.0, 60.0)  # type: ignore[arg-type]
     assert "leaving out" in coverage.description
     assert coverage.warnings
     assert "differs materially" in coverage.warnings[0]
