@@ -131,7 +131,8 @@ class Coverage:
 
     mode: str
     """``whole`` (every probe replays all of it), ``peak-window`` (a window holding the peak), ``horizon``
-    (``--horizon``: the first seconds), or ``stationary`` (a synthetic stationary workload: any window alike)."""
+    (``--horizon``: the first seconds), ``stationary`` (a synthetic stationary workload: any window alike) or
+    ``fitted`` (a router log fitted to a stationary workload, compared with the log's own requests)."""
     description: str
     covered: WorkloadStats
     whole: WorkloadStats
@@ -182,8 +183,14 @@ def coverage_of(source: PlanSource, rate_scale: float) -> Coverage:
     if tiled:
         duration_s = scenario.duration_s * rate_scale
     part = workload_stats(*scenario_requests(scenario, duration_s), duration_s)
-    full = workload_stats(*scenario_requests(whole, whole.duration_s), whole.duration_s)
-    warnings = compare_stats(part, full) if source.mode in ("horizon", "peak-window") else []
+    if source.observed is not None:  # a fitted router log: compared with the requests it was fitted to
+        arrival, inputs, outputs = source.observed
+        gap_s = float(arrival[-1]) / max(len(arrival) - 1, 1) if len(arrival) else 1.0
+        full = workload_stats(arrival, inputs, outputs, max(float(arrival[-1]) + gap_s if len(arrival) else 0.0, 1.0))
+    else:
+        full = workload_stats(*scenario_requests(whole, whole.duration_s), whole.duration_s)
+    material = source.mode in ("horizon", "peak-window", "fitted")
+    warnings = compare_stats(part, full) if material else []
     description = source.description
     if source.mode == "horizon":
         left = max(full.requests - part.requests, 0) if not tiled or duration_s < whole.duration_s else 0
@@ -195,8 +202,11 @@ def coverage_of(source: PlanSource, rate_scale: float) -> Coverage:
         if full.peak_minute_s >= covered_s:
             warnings.append(f"the busiest minute (at {full.peak_minute_s:.0f} s of the source) is not covered")
     if warnings:
-        remedy = "drop --horizon" if source.mode == "horizon" else "raise --max-whole-requests"
-        warnings.insert(0, f"the planned part differs materially from the whole source ({remedy} to plan all):")
+        remedy = {
+            "horizon": "drop --horizon to plan all",
+            "peak-window": "raise --max-whole-requests to plan all",
+        }.get(source.mode, "the fit is stationary: plan a scenario of the log's peak")
+        warnings.insert(0, f"the planned part differs materially from the whole source ({remedy}):")
     return Coverage(source.mode, description, part, full, warnings)
 
 

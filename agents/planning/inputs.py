@@ -198,9 +198,11 @@ class PlanSource:
     whole: Scenario
     """The whole source at multiplier 1 (the validation replay runs it at the recommended multiplier)."""
     mode: str
-    """``whole``, ``peak-window``, ``horizon`` (``--horizon``) or ``stationary`` (:mod:`agents.planning.coverage`)."""
+    """``whole``, ``peak-window``, ``horizon`` (``--horizon``), ``stationary`` or ``fitted`` (a router log)."""
     description: str
     """Which part of the source a probe covers, in words."""
+    observed: tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.int64]] | None = None
+    """A fitted source's own requests (arrivals from 0, input and output tokens): the whole it is compared with."""
 
 
 def load_plan_scenario(
@@ -301,6 +303,20 @@ def load_plan_source(
             raise PlanInputError(f"{path}: {first[-1].strip() if first else exc}") from None
 
     source_out = _choose_part(out_tenants, own_duration_s, horizon_s, build, max_whole_requests)
+    if own_duration_s is None and path.suffix.lower() not in (".yaml", ".yml") and source_out.mode == "stationary":
+        records, _ = load_records(str(path), "router")  # read once already by the fit: valid
+        arrival = records.arrival_s if records.arrival_s is not None else np.zeros(len(records.input_tokens))
+        text = (
+            "router log fitted to a stationary workload (its mean rate, inter-arrival CV and length quantiles); "
+            + source_out.description
+        )
+        source_out = PlanSource(
+            source_out.scenario,
+            source_out.whole,
+            "fitted",
+            text,
+            (arrival, records.input_tokens, records.output_tokens),
+        )
     _check_profile(source_out.scenario)
     return source_out
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -203,3 +204,23 @@ def test_plan_recommends_the_next_configuration_when_the_best_fails_validation(
     assert document["search_best"]["label"] == "1P:2D always_remote"
     assert [r["passed"] for r in document["validation"]["replays"]] == [False, True]
     assert "2P:1D" in policy_document(result)["description"]
+
+
+def test_a_fitted_router_log_is_compared_with_its_own_requests(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    calm = rng.uniform(0.0, 1800.0, 300)
+    burst = rng.uniform(900.0, 960.0, 300)  # one busy minute the stationary fit cannot keep
+    rows = [
+        json.dumps({"arrival_s": float(t), "input_tokens": int(rng.integers(100, 2000)), "output_tokens": 50})
+        for t in np.sort(np.concatenate([calm, burst]))
+    ]
+    log = tmp_path / "router.jsonl"
+    log.write_text("\n".join(rows) + "\n")
+    source = load_plan_source(log, gpus=2, slo=SLO)
+    assert source.mode == "fitted"
+    assert source.observed is not None
+    coverage = coverage_of(source, 1.0)
+    assert coverage.whole.requests == 600
+    assert coverage.whole.peak_to_mean > 5
+    assert any("peak-to-mean" in w for w in coverage.warnings)
+    assert "stationary" in coverage.warnings[0]
