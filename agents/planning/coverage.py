@@ -179,11 +179,11 @@ def coverage_of(source: PlanSource, rate_scale: float) -> Coverage:
     """
     scenario, whole = source.scenario, source.whole
     duration_s = scenario.duration_s
-    tiled = any(getattr(t.workload, "repeat", False) for t in scenario.tenants) and source.mode == "horizon"
+    tiled = source.mode == "horizon" and _trace_time(scenario)
     if tiled:
         duration_s = scenario.duration_s * rate_scale
     part = workload_stats(*scenario_requests(scenario, duration_s), duration_s)
-    if source.observed is not None:  # a fitted router log: compared with the requests it was fitted to
+    if source.observed is not None:  # a fitted router log or a ServeGen day: compared with those requests
         arrival, inputs, outputs = source.observed
         gap_s = float(arrival[-1]) / max(len(arrival) - 1, 1) if len(arrival) else 1.0
         full = workload_stats(arrival, inputs, outputs, max(float(arrival[-1]) + gap_s if len(arrival) else 0.0, 1.0))
@@ -204,7 +204,9 @@ def coverage_of(source: PlanSource, rate_scale: float) -> Coverage:
     if warnings:
         remedy = {
             "horizon": "drop --horizon to plan all",
-            "peak-window": "raise --max-whole-requests to plan all",
+            "peak-window": "raise --max-whole-requests to plan all"
+            if source.observed is None
+            else "a plan for the busiest window of the day",
         }.get(source.mode, "the fit is stationary: plan a scenario of the log's peak")
         warnings.insert(0, f"the planned part differs materially from the whole source ({remedy}):")
     return Coverage(source.mode, description, part, full, warnings)
@@ -217,5 +219,10 @@ def covered_interval_s(source: PlanSource, rate_scale: float) -> tuple[float, fl
         workload = scenario.tenants[0].workload
         start_s = float(getattr(workload, "start_s", 0.0))
         return start_s, start_s + float(getattr(workload, "duration_s", None) or scenario.duration_s)
-    tiled = any(getattr(t.workload, "repeat", False) for t in scenario.tenants) and source.mode == "horizon"
+    tiled = source.mode == "horizon" and _trace_time(scenario)
     return 0.0, scenario.duration_s * (rate_scale if tiled else 1.0)
+
+
+def _trace_time(scenario: Scenario) -> bool:
+    """Whether the rate multiplier compresses the source's time (trace replays and ServeGen sampling)."""
+    return all(t.workload.kind in ("trace_azure", "trace_mooncake", "servegen") for t in scenario.tenants)

@@ -27,15 +27,19 @@ from typing import Any
 
 import numpy as np
 import yaml
-from numpy.typing import NDArray
 
+from agents.planning.parts import (
+    MAX_WHOLE_REQUESTS,
+    PlanSource,
+    choose_part,
+    time_compressed,
+)
 from agents.runs import scale_rates
 from env.perf.profile import OperatorProfile, ProfileError, load_operator_profile
 from env.scenario import ClusterConfig, Scenario, ScenarioError, SloConfig, TenantConfig, load_scenario
 from env.sim.simulator import kv_capacity_tokens
-from env.workloads.config import AzureTraceWorkload, MooncakeTraceWorkload, WorkloadConfig, parse_workload_config
+from env.workloads.config import WorkloadConfig, parse_workload_config
 from env.workloads.errors import WorkloadError
-from env.workloads.generate import load_trace_cached
 from livestack.profiling.fit import fit_workload
 from livestack.profiling.sources import detect_source_kind, load_records
 from policies.route_levels import AGGREGATED, ALWAYS_REMOTE, level_min_remote_tokens, remote_level, route_thresholds
@@ -61,15 +65,6 @@ __all__ = [
 DEFAULT_LEVELS_TOKENS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
 GROUP_NAME = "main"
 """The one tenant group the planner merges a source's groups into."""
-MAX_WHOLE_REQUESTS = 50_000
-"""A trace with more requests is planned over the window of this many requests (at its mean rate) around its peak."""
-STATIONARY_REQUESTS = 5_000
-"""A stationary synthetic source (Poisson or Gamma arrivals, a fixed length mix) is planned over as many seconds as
-hold this many requests at its rate, within [:data:`STATIONARY_MIN_S`, :data:`STATIONARY_MAX_S`] and at most the
-scenario's own duration: queues that build up slowly under overload show within that time."""
-STATIONARY_MIN_S = 60.0
-STATIONARY_MAX_S = 600.0
-_STATIONARY_KINDS = ("poisson", "gamma")
 
 
 class PlanInputError(ValueError):
@@ -189,22 +184,6 @@ def candidate_configs(num_instances: int, levels_tokens: Sequence[int] = DEFAULT
 # ------------------------------------------------------------------------------------------------ the workload
 
 
-@dataclass(frozen=True, slots=True)
-class PlanSource:
-    """What the planner plans over: the searched scenario, the whole source, and which part the probes cover."""
-
-    scenario: Scenario
-    """What every search probe runs, at rate multiplier 1."""
-    whole: Scenario
-    """The whole source at multiplier 1 (the validation replay runs it at the recommended multiplier)."""
-    mode: str
-    """``whole``, ``peak-window``, ``horizon`` (``--horizon``), ``stationary`` or ``fitted`` (a router log)."""
-    description: str
-    """Which part of the source a probe covers, in words."""
-    observed: tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.int64]] | None = None
-    """A fitted source's own requests (arrivals from 0, input and output tokens): the whole it is compared with."""
-
-
 def load_plan_scenario(
     source: str | Path,
     *,
@@ -302,7 +281,7 @@ def load_plan_source(
             first = str(exc).splitlines()
             raise PlanInputError(f"{path}: {first[-1].strip() if first else exc}") from None
 
-    source_out = _choose_part(out_tenants, own_duration_s, horizon_s, build, max_whole_requests)
+    source_out = choose_part(out_tenants, own_duration_s, horizon_s, build, max_whole_requests)
     if own_duration_s is None and path.suffix.lower() not in (".yaml", ".yml") and source_out.mode == "stationary":
         records, _ = load_records(str(path), "router")  # read once already by the fit: valid
         arrival = records.arrival_s if records.arrival_s is not None else np.zeros(len(records.input_tokens))
@@ -319,83 +298,6 @@ def load_plan_source(
         )
     _check_profile(source_out.scenario)
     return source_out
-
-
-def _replay_span_s(workload: AzureTraceWorkload | MooncakeTraceWorkload) -> tuple[NDArray[np.float64], float]:
-    """A trace's arrivals (from 0) and its span: to the last request plus one mean gap."""
-    arrival = load_trace_cached(workload).arrival_s
-    last = float(arrival[-1]) if len(arrival) else 0.0
-    gap = last / (len(arrival) - 1) if len(arrival) > 1 else 1.0
-    return arrival, max(last + gap, 1.0)
-
-
-def _choose_part(
-    tenants: Sequence[TenantConfig],
-    own_duration_s: float | None,
-    horizon_s: float | None,
-    build: Any,
-    max_whole_requests: int = MAX_WHOLE_REQUESTS,
-) -> PlanSource:
-    """Which part of the source the probes replay (see :func:`load_plan_source`)."""
-    kinds = {t.workload.kind for t in tenants}
-    replay = own_duration_s is None and kinds <= {"trace_azure", "trace_mooncake"}
-    if replay:
-        tenant = tenants[0]
-        workload = tenant.workload
-        assert isinstance(workload, AzureTraceWorkload | MooncakeTraceWorkload)
-        arrival, span_s = _replay_span_s(workload)
-        whole_w = workload.model_copy(update={"start_s": 0.0, "duration_s": span_s, "repeat": False})
-        whole = build(span_s, [tenant.model_copy(update={"workload": whole_w})])
-        if horizon_s is not None:
-            tiled = workload.model_copy(update={"start_s": 0.0, "duration_s": None, "repeat": True})
-            scenario = build(horizon_s, [tenant.model_copy(update={"workload": tiled})])
-            text = (
-                f"--horizon {horizon_s:g}: each probe replays the first m x {horizon_s:g} s of the "
-                f"{span_s:.0f}-s trace (m = rate multiplier; tiled when longer)"
-            )
-            return PlanSource(scenario, whole, "horizon", text)
-        if len(arrival) <= max_whole_requests:
-            text = f"every probe replays the whole {span_s:.0f}-s trace ({len(arrival)} requests), time-compressed by m"
-            return PlanSource(whole, whole, "whole", text)
-        length_s = span_s * max_whole_requests / len(arrival)
-        counts = np.bincount((arrival // 60.0).astype(np.int64))
-        peak_s = 60.0 * int(np.argmax(counts)) + 30.0
-        start_s = min(max(peak_s - length_s / 2, 0.0), span_s - length_s)
-        window_w = workload.model_copy(update={"start_s": start_s, "duration_s": length_s, "repeat": False})
-        scenario = build(length_s, [tenant.model_copy(update={"workload": window_w})])
-        text = (
-            f"every probe replays trace time {start_s:.0f}-{start_s + length_s:.0f} s of {span_s:.0f} s "
-            f"(the window of {max_whole_requests} requests at the mean rate, centred on the busiest minute at "
-            f"{peak_s - 30:.0f} s)"
-        )
-        return PlanSource(scenario, whole, "peak-window", text)
-    stationary = kinds <= set(_STATIONARY_KINDS)
-    if stationary:
-        rate_rps = sum(getattr(t.workload, "rate_rps", 0.0) for t in tenants)
-        whole_s = min(max(STATIONARY_REQUESTS / max(rate_rps, 1e-9), STATIONARY_MIN_S), STATIONARY_MAX_S)
-        whole_s = min(whole_s, own_duration_s or whole_s)
-        whole = build(whole_s, tenants)
-        if horizon_s is None:
-            text = (
-                f"stationary synthetic workload: every probe runs {whole_s:.0f} s of arrivals (about "
-                f"{rate_rps * whole_s:.0f} requests at x1; any window that long is statistically alike)"
-            )
-            return PlanSource(whole, whole, "stationary", text)
-        text = f"--horizon {horizon_s:g}: each probe runs {horizon_s:g} s of arrivals (validation: {whole_s:.0f} s)"
-        return PlanSource(build(horizon_s, tenants), whole, "horizon", text)
-    if own_duration_s is None:  # a ServeGen folder: a day of per-client distributions, sampled from its start
-        probe_s = horizon_s if horizon_s is not None else 30.0
-        text = (
-            f"ServeGen: each probe samples the first m x {probe_s:g} s of the day (not the whole day, nor its peak; "
-            "use a scenario with a ServeGen window to plan another part)"
-        )
-        return PlanSource(build(probe_s, tenants), build(probe_s, tenants), "horizon", text)
-    whole_s = own_duration_s
-    whole = build(whole_s, tenants)
-    if horizon_s is None:
-        return PlanSource(whole, whole, "whole", f"every probe runs the source's whole {whole_s:g} s")
-    text = f"--horizon {horizon_s:g}: each probe runs the first {horizon_s:g} s of the source's {whole_s:g} s"
-    return PlanSource(build(horizon_s, tenants), whole, "horizon", text)
 
 
 def _slug(text: str) -> str:
@@ -474,19 +376,6 @@ def _trace_source(path: Path) -> list[TenantConfig]:
     else:  # pragma: no cover - detect_source_kind returns prometheus only for URLs, refused above
         raise PlanInputError(f"{path}: not a trace file")
     return [TenantConfig(name="default", group=GROUP_NAME, workload=parse_workload_config(spec))]
-
-
-def time_compressed(scenario: Scenario) -> bool:
-    """Whether every tenant replays a fixed trace window once (no repeat).
-
-    Then a probe at multiplier ``m`` lasts ``duration_s / m``: it covers the same window at every multiplier.
-    """
-    return all(
-        isinstance(t.workload, AzureTraceWorkload | MooncakeTraceWorkload)
-        and not t.workload.repeat
-        and t.workload.duration_s is not None
-        for t in scenario.tenants
-    )
 
 
 def configured_scenario(scenario: Scenario, config: PlanConfig, rate_scale: float = 1.0) -> Scenario:

@@ -15,6 +15,7 @@ from agents.planning.coverage import compare_stats, coverage_of, covered_interva
 from agents.planning.result import pareto_front
 from agents.planning.validate import validate
 from env.scenario import Scenario
+from env.workloads.traces.servegen import load_servegen_folder
 
 SLO = parse_slo("ttft_p95=2s,tpot_p95=80ms")
 _POISSON = {
@@ -224,3 +225,20 @@ def test_a_fitted_router_log_is_compared_with_its_own_requests(tmp_path: Path) -
     assert coverage.whole.peak_to_mean > 5
     assert any("peak-to-mean" in w for w in coverage.warnings)
     assert "stationary" in coverage.warnings[0]
+
+
+def test_a_servegen_day_is_planned_over_its_busiest_window(traces_dir: Path) -> None:
+    folder = traces_dir / "servegen_deepseek_r1"
+    source = load_plan_source(folder, gpus=16, slo=SLO)
+    assert source.mode == "peak-window"
+    workload = source.scenario.tenants[0].workload
+    totals: dict[float, float] = {}
+    for client in load_servegen_folder(folder):
+        for start_s, rate_rps in zip(client.window_start_s, client.rate_rps, strict=True):
+            totals[float(start_s)] = totals.get(float(start_s), 0.0) + float(rate_rps)
+    assert totals[workload.start_s] == max(totals.values())  # type: ignore[union-attr]
+    assert totals[workload.start_s] > 2 * sum(totals.values()) / len(totals)  # type: ignore[union-attr]
+    coverage = coverage_of(source, 1.0)
+    assert coverage.whole.span_s == pytest.approx(86400.0, abs=1.0)
+    assert any("request rate" in w for w in coverage.warnings)
+    assert "busiest window" in coverage.warnings[0]
