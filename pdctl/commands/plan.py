@@ -77,7 +77,7 @@ def _plot(result: Any, path: Path) -> None:
     plt.close(fig)
 
 
-def _print(result: Any, console: Console, top: int) -> None:
+def _print(result: Any, console: Console, top: int, scope: str = "whole source") -> None:
     table = Table(title=f"Configurations ({result.gpus} GPUs, TP {result.scenario.cluster.tp}), best first")
     for column in ("#", "configuration", "max rate x", "max rate rps", "goodput@max rps", "SLO@max %", "SLO@1x %"):
         table.add_column(column, justify="right" if column != "configuration" else "left")
@@ -110,7 +110,7 @@ def _print(result: Any, console: Console, top: int) -> None:
             )
         console.print(front)
     _print_coverage(result, console)
-    _print_validation(result, console)
+    _print_validation(result, console, scope)
     best = result.best
     console.print(
         f"[bold]best:[/bold] {best.config.label}  max sustainable rate {result.max_sustainable_rps:.2f} req/s "
@@ -121,7 +121,7 @@ def _print(result: Any, console: Console, top: int) -> None:
     if result.validated:
         replay = result.validation.replays[-1]
         console.print(
-            f"[bold]validated:[/bold] the whole source at x{replay.rate_scale:.3g} ({replay.offered_rps:.2f} req/s, "
+            f"[bold]validated:[/bold] {scope} at x{replay.rate_scale:.3g} ({replay.offered_rps:.2f} req/s, "
             f"{replay.num_arrived} requests) meets the SLO for {100 * replay.slo_attainment_frac:.1f} % of requests"
         )
     stages = ", ".join(f"{s['stage']} {s['configs']} configs/{s['probes']} probes" for s in result.stages)
@@ -153,7 +153,7 @@ def _print_coverage(result: Any, console: Console) -> None:
         console.print(f"[bold yellow]warning:[/bold yellow] {line}")
 
 
-def _print_validation(result: Any, console: Console) -> None:
+def _print_validation(result: Any, console: Console, scope: str = "whole source") -> None:
     checked = result.validation
     if checked is None:
         console.print("validation replay: skipped (--no-validate)")
@@ -161,7 +161,7 @@ def _print_validation(result: Any, console: Console) -> None:
     for replay in checked.replays:
         verdict = "passes" if replay.slo_attainment_frac >= checked.target_frac else "MISSES the target"
         console.print(
-            f"validation replay (whole source, seed {checked.seed}): {replay.config.label} at x{replay.rate_scale:.3g} "
+            f"validation replay ({scope}, seed {checked.seed}): {replay.config.label} at x{replay.rate_scale:.3g} "
             f"({replay.offered_rps:.2f} req/s, {replay.num_arrived} requests): SLO attainment "
             f"{100 * replay.slo_attainment_frac:.1f} % -> {verdict}"
         )
@@ -249,7 +249,8 @@ def _run(
             result.coverage = coverage_of(planned, result.best.lo if result.best.lo > 0 else 1.0)
         except (ValueError, OSError) as exc:
             raise _fail(f"{source}: {str(exc).splitlines()[0]}") from None
-    _print(result, console, options["top"])
+    resampled = planned.mode == "peak-window" and planned.observed is not None
+    _print(result, console, options["top"], "the same window resampled" if resampled else "whole source")
     if result.best.lo <= 0:
         typer.echo(
             f"pdctl plan: no configuration reaches {result.target_frac:.0%} SLO attainment even at 1/64 of the "
