@@ -2,8 +2,6 @@
 
 :func:`plan` searches static configurations of one tenant group of ``N`` GPUs (``N // tp`` instances):
 
-:func:`plan` searches static configurations of one tenant group of ``N`` GPUs (``N // tp`` instances):
-
 * **aggregated** — every instance serves prefill and decode (``aggregated`` role, every request local);
 * **disaggregated** ``P:D`` with ``P + D = N // tp`` and ``P, D ≥ 1``, under one route level for every tenant:
   ``always_remote`` (every prompt prefilled remotely) or ``remote>=T`` for T in ``levels_tokens``
@@ -19,16 +17,21 @@ Modules, each with one job:
   probe cache keyed by the code version, and the process pool;
 * :mod:`agents.planning.search` — the split/threshold search (shared bisection, coarse to fine, per tenant);
 * :mod:`agents.planning.result` — capacities and their ranking, the Pareto front, ``plan.json`` and the
-  emitted policy file.
+  emitted policy file;
+* :mod:`agents.planning.coverage` — which part of the source the probes covered, compared with the whole;
+* :mod:`agents.planning.validate` — the validation replay of the recommendation over the whole source;
+* :mod:`agents.planning.policy_loop` — GPUs needed with a policy in the loop vs the best static split.
 """
 
 from agents.planning.inputs import (
     DEFAULT_LEVELS_TOKENS,
     PlanConfig,
     PlanInputError,
+    PlanSource,
     candidate_configs,
     configured_scenario,
     load_plan_scenario,
+    load_plan_source,
     parse_slo,
 )
 from agents.planning.probes import PLAN_VERSION, Probe, ProbeRunner, code_version, run_probe
@@ -45,6 +48,7 @@ __all__ = [
     "PlanConfig",
     "PlanInputError",
     "PlanResult",
+    "PlanSource",
     "Probe",
     "ProbeRunner",
     "best_scenario",
@@ -53,6 +57,7 @@ __all__ = [
     "configured_scenario",
     "grid_scale",
     "load_plan_scenario",
+    "load_plan_source",
     "parse_slo",
     "plan",
     "policy_document",

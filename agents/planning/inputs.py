@@ -25,8 +25,15 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
+from agents.planning.parts import (
+    MAX_WHOLE_REQUESTS,
+    PlanSource,
+    choose_part,
+    time_compressed,
+)
 from agents.runs import scale_rates
 from env.perf.profile import OperatorProfile, ProfileError, load_operator_profile
 from env.scenario import ClusterConfig, Scenario, ScenarioError, SloConfig, TenantConfig, load_scenario
@@ -41,14 +48,18 @@ from policies.schema import RoutingThresholds
 __all__ = [
     "DEFAULT_LEVELS_TOKENS",
     "GROUP_NAME",
+    "MAX_WHOLE_REQUESTS",
     "SLO_FIELDS",
     "PlanConfig",
     "PlanInputError",
+    "PlanSource",
     "candidate_configs",
     "configured_scenario",
     "load_plan_scenario",
+    "load_plan_source",
     "parse_slo",
     "route_levels",
+    "time_compressed",
 ]
 
 DEFAULT_LEVELS_TOKENS: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
@@ -180,18 +191,44 @@ def load_plan_scenario(
     slo: SloConfig | None = None,
     model_profile: str | None = None,
     tp: int | None = None,
-    horizon_s: float = 30.0,
+    horizon_s: float | None = 30.0,
     seed: int = 0,
     traces_dir: str | Path | None = None,
 ) -> Scenario:
-    """The scenario the planner searches: the source's tenants in one group of ``gpus`` GPUs.
+    """The scenario the planner searches (:func:`load_plan_source`'s ``scenario``)."""
+    return load_plan_source(
+        source, gpus=gpus, slo=slo, model_profile=model_profile, tp=tp, horizon_s=horizon_s, seed=seed,
+        traces_dir=traces_dir,
+    ).scenario  # fmt: skip
+
+
+def load_plan_source(
+    source: str | Path,
+    *,
+    gpus: int | None,
+    slo: SloConfig | None = None,
+    model_profile: str | None = None,
+    tp: int | None = None,
+    horizon_s: float | None = None,
+    seed: int = 0,
+    traces_dir: str | Path | None = None,
+    max_whole_requests: int = MAX_WHOLE_REQUESTS,
+) -> PlanSource:
+    """The source's tenants in one group of ``gpus`` GPUs: the searched scenario and the whole source.
 
     ``source`` is a scenario YAML (its cluster and tenants; groups are merged into one), a fitted-workload file
     of ``pdctl profile --emit-workload`` (tenant → workload), an Azure CSV, a Mooncake JSONL, a router JSONL log
-    (fitted with :func:`livestack.profiling.fit.fit_workload`) or a ServeGen folder. A trace is replayed from its
-    start, compressed by the rate multiplier ``m`` (a probe of ``horizon_s`` covers ``m × horizon_s`` seconds of
-    the trace, repeated when the trace is shorter), so probes near capacity see a broad part of it. ``slo``
-    replaces every tenant's objectives (required when the source carries none).
+    (fitted with :func:`livestack.profiling.fit.fit_workload`) or a ServeGen folder. ``slo`` replaces every
+    tenant's objectives (required when the source carries none).
+
+    Without ``horizon_s`` a probe is representative of the whole source: an Azure or Mooncake trace is replayed
+    whole, time-compressed by the rate multiplier ``m`` (a probe lasts ``span / m``), or, above
+    ``max_whole_requests`` (default :data:`MAX_WHOLE_REQUESTS`) requests, over the window of that many
+    requests (at its mean rate) centred on its busiest minute; a scenario with non-stationary
+    workloads runs its own duration; a stationary synthetic source (Poisson or Gamma arrivals, and a fitted
+    router log) runs long enough for :data:`STATIONARY_REQUESTS` requests (within bounds and its own duration).
+    With ``horizon_s`` (a quick look) a probe covers the first
+    ``m × horizon_s`` seconds of a trace (tiled when the trace is shorter) or of a scenario.
 
     Raises:
         PlanInputError: a missing or invalid source or option (one line naming the file or field).
@@ -200,8 +237,9 @@ def load_plan_scenario(
     if not path.exists():
         raise PlanInputError(f"{path}: no such file or folder")
     base_cluster = ClusterConfig()
+    own_duration_s: float | None = None
     if path.suffix.lower() in (".yaml", ".yml"):
-        tenants, cluster, default_gpus = _yaml_source(path, traces_dir)
+        tenants, cluster, default_gpus, own_duration_s = _yaml_source(path, traces_dir)
         base_cluster = cluster or base_cluster
     else:
         tenants, default_gpus = _trace_source(path), None
@@ -224,24 +262,42 @@ def load_plan_scenario(
         if tenant_slo.to_slo().ttft_target_s() == math.inf and tenant_slo.to_slo().tpot_target_s() == math.inf:
             raise PlanInputError(f"--slo: required (tenant {tenant.name!r} of {path} has no objective)")
         out_tenants.append(tenant.model_copy(update={"slo": tenant_slo, "group": GROUP_NAME}))
-    data = {
-        "name": f"plan-{_slug(path.stem)}",
-        "description": f"pdctl plan of {path}",
-        "duration_s": horizon_s,
-        "drain_s": 300.0,
-        "control_interval_s": 10.0,
-        "seed": seed,
-        "cluster": cluster.model_dump(),
-        "tenant_groups": [{"name": GROUP_NAME, "gpu_budget": budget, "decode": budget // cluster.tp}],
-        "tenants": [t.model_dump() for t in out_tenants],
-    }
-    try:
-        scenario = Scenario.model_validate(data)
-    except ValueError as exc:
-        first = str(exc).splitlines()
-        raise PlanInputError(f"{path}: {first[-1].strip() if first else exc}") from None
-    _check_profile(scenario)
-    return scenario
+
+    def build(duration_s: float, members: Sequence[TenantConfig]) -> Scenario:
+        data = {
+            "name": f"plan-{_slug(path.stem)}",
+            "description": f"pdctl plan of {path}",
+            "duration_s": duration_s,
+            "drain_s": 300.0,
+            "control_interval_s": 10.0,
+            "seed": seed,
+            "cluster": cluster.model_dump(),
+            "tenant_groups": [{"name": GROUP_NAME, "gpu_budget": budget, "decode": budget // cluster.tp}],
+            "tenants": [t.model_dump() for t in members],
+        }
+        try:
+            return Scenario.model_validate(data)
+        except ValueError as exc:
+            first = str(exc).splitlines()
+            raise PlanInputError(f"{path}: {first[-1].strip() if first else exc}") from None
+
+    source_out = choose_part(out_tenants, own_duration_s, horizon_s, build, max_whole_requests)
+    if own_duration_s is None and path.suffix.lower() not in (".yaml", ".yml") and source_out.mode == "stationary":
+        records, _ = load_records(str(path), "router")  # read once already by the fit: valid
+        arrival = records.arrival_s if records.arrival_s is not None else np.zeros(len(records.input_tokens))
+        text = (
+            "router log fitted to a stationary workload (its mean rate, inter-arrival CV and length quantiles); "
+            + source_out.description
+        )
+        source_out = PlanSource(
+            source_out.scenario,
+            source_out.whole,
+            "fitted",
+            text,
+            (arrival, records.input_tokens, records.output_tokens),
+        )
+    _check_profile(source_out.scenario)
+    return source_out
 
 
 def _slug(text: str) -> str:
@@ -267,7 +323,9 @@ def _profile_cached(name: str, directory: str) -> OperatorProfile:
     return load_operator_profile(name, None if directory == "None" else directory)
 
 
-def _yaml_source(path: Path, traces_dir: str | Path | None) -> tuple[list[TenantConfig], ClusterConfig | None, int]:
+def _yaml_source(
+    path: Path, traces_dir: str | Path | None
+) -> tuple[list[TenantConfig], ClusterConfig | None, int, float | None]:
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError) as exc:
@@ -281,7 +339,8 @@ def _yaml_source(path: Path, traces_dir: str | Path | None) -> tuple[list[Tenant
             scenario = load_scenario(path, traces_dir=traces_dir)
         except ScenarioError as exc:
             raise PlanInputError(exc.problems[0]) from None
-        return list(scenario.tenants), scenario.cluster, sum(g.gpu_budget for g in scenario.tenant_groups)
+        budget = sum(g.gpu_budget for g in scenario.tenant_groups)
+        return list(scenario.tenants), scenario.cluster, budget, scenario.duration_s
     if not isinstance(data, dict) or not data:
         raise PlanInputError(f"{path}: expected a scenario or a fitted-workload file (tenant: workload)")
     tenants = []
@@ -292,7 +351,7 @@ def _yaml_source(path: Path, traces_dir: str | Path | None) -> tuple[list[Tenant
         except ValueError as exc:
             detail = str(exc).splitlines()
             raise PlanInputError(f"{path}: {name}: not a workload ({detail[-1].strip() if detail else exc})") from None
-    return tenants, None, 0
+    return tenants, None, 0, None
 
 
 def _trace_source(path: Path) -> list[TenantConfig]:
@@ -301,7 +360,7 @@ def _trace_source(path: Path) -> list[TenantConfig]:
     except WorkloadError as exc:
         raise PlanInputError(str(exc).splitlines()[0]) from None
     spec: dict[str, Any]
-    window = {"start_s": 0.0, "repeat": True}
+    window = {"start_s": 0.0, "repeat": False}
     if kind == "azure":
         spec = {"kind": "trace_azure", "path": str(path), **window}
     elif kind == "mooncake":
@@ -320,11 +379,16 @@ def _trace_source(path: Path) -> list[TenantConfig]:
 
 
 def configured_scenario(scenario: Scenario, config: PlanConfig, rate_scale: float = 1.0) -> Scenario:
-    """``scenario`` with its group deployed as ``config`` and every tenant's rate multiplied by ``rate_scale``."""
+    """``scenario`` with its group deployed as ``config`` and every tenant's rate multiplied by ``rate_scale``.
+
+    A :func:`time_compressed` scenario also lasts ``1 / rate_scale`` as long (the same trace window, faster).
+    """
     group = scenario.tenant_groups[0]
     if config.is_aggregated:
         pools = {"prefill": 0, "decode": 0, "aggregated": config.num_decode}
     else:
         pools = {"prefill": config.num_prefill, "decode": config.num_decode, "aggregated": 0}
-    deployed = scenario.model_copy(update={"tenant_groups": [group.model_copy(update=pools)]})
-    return scale_rates(deployed, rate_scale)
+    update: dict[str, Any] = {"tenant_groups": [group.model_copy(update=pools)]}
+    if rate_scale != 1.0 and time_compressed(scenario):
+        update["duration_s"] = scenario.duration_s / rate_scale
+    return scale_rates(scenario.model_copy(update=update), rate_scale)

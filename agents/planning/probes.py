@@ -34,10 +34,20 @@ from env.gym_env import PDClusterEnv
 from env.scenario import Scenario
 from env.sim.simulator import ClusterSimulator
 from env.sim.summary import summarize
+from policies.base import Policy
 from policies.rules import FilePolicy
 from policies.scoring import count_slo_met, slo_attainment_frac
 
-__all__ = ["PLAN_VERSION", "Probe", "ProbeRunner", "code_version", "probe_key", "run_probe", "scenario_key"]
+__all__ = [
+    "PLAN_VERSION",
+    "Probe",
+    "ProbeRunner",
+    "code_version",
+    "probe_key",
+    "run_policy_episode",
+    "run_probe",
+    "scenario_key",
+]
 
 PLAN_VERSION = 1
 """Bump when the meaning of a cached probe changes in a way the code hash does not see."""
@@ -148,12 +158,28 @@ def run_probe(scenario: Scenario, config: PlanConfig, rate_scale: float, stop_be
     start = time.perf_counter()
     deployed = configured_scenario(scenario, config, rate_scale)
     policy = FilePolicy(config, config.label)
+    return run_policy_episode(deployed, policy, config, rate_scale, stop_below_frac, start)
+
+
+def run_policy_episode(
+    deployed: Scenario,
+    policy: Policy,
+    config: PlanConfig,
+    rate_scale: float,
+    stop_below_frac: float | None = None,
+    start_s: float | None = None,
+) -> Probe:
+    """Run ``policy`` on the deployed scenario through the one episode loop and score it as a probe.
+
+    ``config`` labels the probe (for a policy in the loop: its starting pools). Early stop as :func:`run_probe`.
+    """
+    start = time.perf_counter() if start_s is None else start_s
     env = episode_env(deployed, policy)
     stop = None if stop_below_frac is None else _Hopeless(stop_below_frac)
     episode = run_episode(env, policy, deployed.seed, stop=stop)
     sim, complete = episode.sim, not episode.stopped
     horizon_s = deployed.duration_s
-    summary = summarize(sim, time.perf_counter() - start, deployed.name, config.label, deployed.seed, horizon_s)
+    summary = summarize(sim, time.perf_counter() - start, deployed.name, policy.policy_id, deployed.seed, horizon_s)
     arrived = sim.num_requests if not complete else sum(t.arrived for t in summary.tenants)
     met = sum(t.slo_met for t in summary.tenants)
     routed = sum(t.arrived - t.failed for t in summary.tenants)

@@ -9,8 +9,9 @@ end for the tied leaders), then the higher goodput at the sustainable rate, then
 Besides the best configuration a :class:`PlanResult` carries every probe (goodput at the SLO per configuration
 and rate), each configuration's goodput at its sustainable rate, and the **Pareto front of goodput per GPU
 versus offered rate** (:func:`pareto_front`): the two leading configurations and the best aggregated one are
-run on a common rate grid (fractions of the best capacity) and, at each rate, the configuration with the
-highest goodput per GPU is on the front (the others are dominated at that rate). :func:`policy_document`
+run on a common rate grid (fractions of the best capacity) and, at each offered rate, the configuration with the
+highest goodput per GPU is on the front (one row per offered rate: multipliers that offer the same requests per
+second, as the first seconds of a trace can, are one row). :func:`policy_document`
 turns the best configuration into a per-tenant policy file and :func:`best_scenario` into the scenario it
 replays on.
 """
@@ -19,12 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.planning.inputs import GROUP_NAME, SLO_FIELDS, PlanConfig, configured_scenario
 from agents.planning.probes import Probe, ProbeRunner, code_version
 from env.scenario import Scenario
 from policies.schema import FallbackAction, RoutingThresholds
+
+if TYPE_CHECKING:
+    from agents.planning.coverage import Coverage
+    from agents.planning.validate import Validation
 
 __all__ = [
     "Capacity",
@@ -74,6 +79,16 @@ class PlanResult:
     target_frac: float
     base_rate_rps: float
     stages: list[dict[str, Any]] = field(default_factory=list)
+    search_best: Capacity | None = None
+    """The search's best configuration (``best`` is the recommendation: the first that passed validation)."""
+    validation: Validation | None = None
+    coverage: Coverage | None = None
+    """Which part of the source the probes covered (set by the caller, :func:`agents.planning.coverage.coverage_of`)."""
+
+    @property
+    def validated(self) -> bool:
+        """Whether the recommendation passed its validation replay."""
+        return self.validation is not None and self.validation.passed
 
     @property
     def gpus(self) -> int:
@@ -122,6 +137,9 @@ class PlanResult:
             "target_frac": self.target_frac,
             "base_rate_rps": self.base_rate_rps,
             "best": cap_row(self.best),
+            "search_best": cap_row(self.search_best or self.best),
+            "validation": None if self.validation is None else self.validation.as_dict(),
+            "coverage": None if self.coverage is None else self.coverage.as_dict(),
             "max_sustainable_rps": self.max_sustainable_rps,
             "ranked": [cap_row(c) for c in self.ranked()],
             "pareto": self.pareto,
@@ -194,13 +212,21 @@ def pareto_front(
                 "slo_attainment_frac": p.slo_attainment_frac,
             }
         )
+    best_at: dict[float, Probe] = {}  # one row per offered rate: the best configuration there
+    for p in probes:
+        rate = round(p.offered_rps, 9)
+        current = best_at.get(rate)
+        if current is None or (p.goodput_per_gpu_rps, -shown.index(p.config)) > (
+            current.goodput_per_gpu_rps,
+            -shown.index(current.config),
+        ):
+            best_at[rate] = p
     front = []
-    for s in scales:
-        at = [p for p in probes if p.rate_scale == s]
-        top = max(at, key=lambda p: (p.goodput_per_gpu_rps, -shown.index(p.config)))
+    for rate in sorted(best_at):
+        top = best_at[rate]
         front.append(
             {
-                "rate_scale": s,
+                "rate_scale": top.rate_scale,
                 "offered_rps": top.offered_rps,
                 "goodput_per_gpu_rps": top.goodput_per_gpu_rps,
                 "slo_attainment_frac": top.slo_attainment_frac,

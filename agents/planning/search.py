@@ -4,8 +4,10 @@
 workload's request rate at which ≥ ``target_frac`` (90 %) of the arrived requests meet both their TTFT and
 TPOT objectives, found by bisection over ``m`` on the grid ``2 ** (k / steps_per_doubling)`` (≈ 4.4 % steps by
 default, the same grid for every configuration and stage). Every probe (:mod:`agents.planning.probes`) is one
-simulator run of ``horizon_s`` seconds of arrivals (plus a drain), on the same seed for every configuration
-(common random numbers); the ranking is :func:`agents.planning.result.rank_key`.
+simulator run of the scenario (the planned part of the source, :func:`agents.planning.inputs.load_plan_source`;
+plus a drain), on the same seed for every configuration (common random numbers); the ranking is
+:func:`agents.planning.result.rank_key`. Before it is recommended, the best configuration is replayed over the
+whole source on another seed, falling back down the ranking until one passes (:mod:`agents.planning.validate`).
 
 **Search** (AIConfigurator-style offline sweep, made cheap):
 
@@ -46,6 +48,7 @@ from agents.planning.result import (
     pareto_front,
     rank_key,
 )
+from agents.planning.validate import validate
 from env.scenario import Scenario
 
 __all__ = ["grid_scale", "plan", "shared_bisection"]
@@ -149,8 +152,14 @@ def plan(
     pareto: bool = True,
     per_tenant: bool = True,
     progress: Callable[[int, int, str], None] | None = None,
+    whole: Scenario | None = None,
+    validation: bool = True,
 ) -> PlanResult:
-    """Search the configurations of ``scenario``'s GPU budget (see the module docstring)."""
+    """Search the configurations of ``scenario``'s GPU budget (see the module docstring).
+
+    With ``validation`` the best configuration is replayed over ``whole`` (default: ``scenario``) before it is
+    recommended, falling back down the ranking until one passes (:func:`agents.planning.validate.validate`).
+    """
     start_wall = time.perf_counter()
     num_instances = scenario.tenant_groups[0].gpu_budget // scenario.cluster.tp
     everything = candidate_configs(num_instances, levels_tokens)
@@ -227,12 +236,17 @@ def plan(
         at_capacity = {p.config: p for p in runner.run(sustained, exact=True)}  # passing probes: all known
         at_workload_rate = {c: p for (c, scale, _), p in runner.probes.items() if scale == 1.0 and p.complete}
         ranked = sorted(caps.values(), key=rank_key(at_capacity))
-        best = ranked[0]
+        best = search_best = ranked[0]
+        checked = None
+        if validation and best.lo > 0:
+            runner.stage = "validation"
+            checked = validate(whole if whole is not None else scenario, ranked, target_frac)
+            best = checked.recommended or best
         curves: dict[str, list[dict[str, Any]]] = {}
         front: list[dict[str, Any]] = []
         if pareto and best.lo > 0:
             runner.stage = "pareto"
-            front, curves = pareto_front(runner, ranked, best.lo)
+            front, curves = pareto_front(runner, ranked, search_best.lo)
         probes = distinct_probes(runner.probes)
         base_rate = base_rate_rps(probes)
         return PlanResult(
@@ -251,6 +265,8 @@ def plan(
             target_frac=target_frac,
             base_rate_rps=base_rate,
             stages=stages,
+            search_best=search_best,
+            validation=checked,
         )
 
 

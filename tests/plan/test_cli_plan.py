@@ -100,6 +100,17 @@ def test_plan_of_a_trace_writes_results_and_a_valid_policy(tmp_path: Path, trace
     assert {row["label"] for row in document["ranked"]} >= {"aggregated x2"}
     assert document["pareto"]
     assert document["max_sustainable_rps"] > 0
+    # --horizon is a quick look: the report says what it leaves out and warns that the part differs from the whole
+    assert "leaving out" in output
+    assert "differs materially" in output
+    assert document["coverage"]["mode"] == "horizon"
+    assert all(p["covered_source_s"] == [0.0, pytest.approx(5.0 * p["rate_scale"])] for p in document["probes"])
+    # the validation replay runs by default, over the whole trace, on a seed the search did not use
+    assert "validation replay (whole source, seed 1)" in output
+    validation = document["validation"]
+    assert validation["seed"] == 1
+    assert validation["replays"]
+    assert validation["replays"][0]["num_arrived"] == document["coverage"]["whole"]["requests"]
     validate = runner.invoke(app, ["policy", "validate", str(policy)])
     assert validate.exit_code == 0, validate.output
     assert [t["name"] for t in yaml.safe_load(policy.read_text())["tenants"]] == ["default"]
