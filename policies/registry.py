@@ -92,7 +92,9 @@ baseline's parameters (keyword arguments of its parameter dataclass)."""
 
 WATCHDOG_FALLBACK = "baseline:dynamo-legacy"
 
-DEFAULT_LEARNED_ARTIFACT = Path(__file__).resolve().parents[1] / "experiments/results/learned/generalist-family-policy"
+DEFAULT_LEARNED_ARTIFACT = (
+    Path(__file__).resolve().parents[1] / "experiments/results/learned/generalist-family-warm-policy"
+)
 """The shipped default learned policy (in a source checkout; see experiments/results/learned/README.md)."""
 
 DEFAULT_LEARNED_SPEC = f"watchdog[{WATCHDOG_FALLBACK}]:learned:{DEFAULT_LEARNED_ARTIFACT}"
