@@ -144,7 +144,10 @@ def _write(tmp_path: Path, **changes: Any) -> Path:
             r"validation_split 'train' is the train_split",
         ),
         ({"layout": {"kind": "set", "pool_actions": "delta"}}, r"pool_actions applies to kind: slots only"),
-        ({"pretrain": {"teachers": ["baseline:aggregated"]}}, r"pretrain: imitation warm starts are not implemented"),
+        (
+            {"pretrain": {"teachers": ["baseline:aggregated"]}},
+            r"pretrain.expert: layout.kind: set takes expert: policy",
+        ),
         (
             {"layout": {"max_groups": 2}, "family": None, "scenarios": ["rag-surge-8"], "normalize_observations": True},
             r"reward_scale: offered needs layout.kind: set",

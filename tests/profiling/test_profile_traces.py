@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -19,10 +20,10 @@ def profiles(request: pytest.FixtureRequest) -> dict[str, WorkloadProfile]:
 
 
 @pytest.fixture(scope="module")
-def traces_dir() -> Path:  # module scope for the cached profiles above
+def traces_dir() -> Path:  # module scope for the cached profiles above; ${PDCTL_TRACES} as in tests/conftest.py
     from tests.conftest import SHARED
 
-    path = SHARED / "traces"
+    path = Path(os.environ["PDCTL_TRACES"]) if os.environ.get("PDCTL_TRACES") else SHARED / "traces"
     if not path.is_dir():
         pytest.skip(f"shared traces folder {path} is absent")
     return path
