@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from agents.harness import weighted_goodput_rps
+from agents.lookahead import respect_masks
 from agents.policy_specs import make_policy
 from agents.pretrain import Demonstrations
 from agents.runs import EnvBound, episode_env, run_episode
@@ -74,6 +75,8 @@ class _Labeller:
         self._driver = driver
         self._layout = layout
         self._codec = SetActionCodec(layout)
+        self._hold = np.zeros(len(self._codec.nvec), dtype=np.int64)
+        self._hold[: layout.max_groups] = HOLD  # masked pool moves hold; a masked tenant level takes the first allowed
         self.steps: list[tuple[np.ndarray, np.ndarray, np.ndarray, bool]] = []
         self.teacher_s = 0.0
 
@@ -98,11 +101,7 @@ class _Labeller:
         action = self._codec.encode(
             label, context.tenants, context.groups, context.current_pools, context.current_thresholds
         )
-        start = 0
-        for i, size in enumerate(int(n) for n in self._codec.nvec):
-            if not mask[start + action[i]]:
-                action[i] = HOLD if i < self._layout.max_groups else int(np.flatnonzero(mask[start : start + size])[0])
-            start += size
+        action = respect_masks(action, mask, self._codec.nvec, self._hold)
         moves_pool = bool(np.any(action[: self._layout.max_groups] != HOLD))
         self.steps.append((vector, mask, action, moves_pool))
         return label if self._driver is None else self._driver.decide(observation, context)
