@@ -89,8 +89,22 @@ class ParsedRequest:
         return bool(self.kv_transfer_params and self.kv_transfer_params.get("do_remote_prefill"))
 
 
-def chat_prompt_text(messages: list[Any]) -> str:
-    """Render chat messages with a fixed template (role markers and contents, then the assistant marker)."""
+def chat_prompt_text(
+    messages: list[Any], add_generation_prompt: bool = True, continue_final_message: bool = False
+) -> str:
+    """Render chat messages with a fixed template (role markers and contents, then the assistant marker).
+
+    As vLLM's chat parameters: ``add_generation_prompt`` appends the assistant marker; ``continue_final_message``
+    leaves the last message open (no end of turn), so generation continues its text. An open assistant message
+    renders as the assistant marker followed by its text: a request continuing the first ``k`` output tokens of
+    another request has exactly that request's prompt plus those tokens.
+    """
+    if add_generation_prompt and continue_final_message:
+        raise ApiError(
+            400,
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+            "continue_final_message",
+        )
     parts: list[str] = []
     for index, message in enumerate(messages):
         if not isinstance(message, dict) or "role" not in message:
@@ -103,7 +117,10 @@ def chat_prompt_text(messages: list[Any]) -> str:
         else:
             raise ApiError(400, f"messages[{index}].content must be a string or a list of parts", "messages")
         parts.append(f"<|{message['role']}|>{text}\n")
-    parts.append("<|assistant|>")
+    if continue_final_message and parts:
+        parts[-1] = parts[-1][:-1]
+    elif add_generation_prompt:
+        parts.append("<|assistant|>")
     return "".join(parts)
 
 
@@ -115,6 +132,13 @@ def _int_field(body: dict[str, Any], key: str) -> int | None:
         raise ApiError(400, f"{key} must be an integer", key)
     if value < 1:
         raise ApiError(400, f"{key} must be at least 1, got {value}.", key)
+    return value
+
+
+def _bool_field(body: dict[str, Any], key: str, default: bool) -> bool:
+    value = body.get(key, default)
+    if not isinstance(value, bool):
+        raise ApiError(400, f"{key} must be a boolean", key)
     return value
 
 
@@ -146,7 +170,11 @@ def parse_request(kind: Kind, raw: bytes, served_model: str, max_model_len: int)
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ApiError(400, "messages must be a non-empty list", "messages")
-        prompt = chat_prompt_text(messages)
+        prompt = chat_prompt_text(
+            messages,
+            _bool_field(body, "add_generation_prompt", True),
+            _bool_field(body, "continue_final_message", False),
+        )
         prompt_tokens = count_tokens(prompt)
         max_tokens = _int_field(body, "max_completion_tokens") or _int_field(body, "max_tokens")
     else:

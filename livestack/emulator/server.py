@@ -51,7 +51,7 @@ from livestack.emulator.protocol import (
     sse_error,
     sse_usage_chunk,
 )
-from livestack.emulator.tokenizer import CHARS_PER_TOKEN, output_token_text, token_ids
+from livestack.emulator.tokenizer import CHARS_PER_TOKEN, OutputText, generated_text, token_ids
 
 __all__ = ["EmulatedInstance", "InstanceSettings", "RequestTracer", "block_hashes"]
 
@@ -359,7 +359,7 @@ class EmulatedInstance:
             self._abort_if_open(handle)
         if handle.error is not None:
             return web.json_response(error_body(500, handle.error), status=500)
-        text = "".join(output_token_text(base_id, i) for i in range(handle.generated_tokens))
+        text = generated_text(parsed.prompt, handle.generated_tokens)
         params = self._finish(parsed, handle, engine_request_id)
         body = completion_body(parsed, response_id, text, handle.generated_tokens, "length", params)
         return web.Response(body=body, content_type="application/json")
@@ -376,6 +376,7 @@ class EmulatedInstance:
             return response
         created = int(time.time())
         sent = 0
+        output = OutputText(parsed.prompt)
         try:
             while (count := await handle.tokens.get()) > 0:
                 parts: list[bytes] = []
@@ -384,7 +385,7 @@ class EmulatedInstance:
                 for _ in range(count):
                     last = sent + 1 == handle.request.output_tokens
                     usage = (parsed.prompt_tokens, sent + 1) if parsed.continuous_usage else None
-                    text = output_token_text(base_id, sent)
+                    text = output.next()
                     parts.append(sse_chunk(parsed, response_id, created, text, "length" if last else None, usage))
                     sent += 1
                 if self.tracer is not None:

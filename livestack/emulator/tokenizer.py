@@ -7,9 +7,12 @@ piece modulo :data:`VOCAB_SIZE`, so ``/tokenize`` is stable across runs and proc
 default estimate (``chars_per_token: 4``) uses the same ratio, so against the emulator the router's input
 estimate is exact; against a real vLLM it is an estimate.
 
-Generated text is deterministic per request id: output token ``i`` of request ``r`` is a 4-character word
-chosen by a hash of ``(r, i)``; every word is exactly one token under this rule. Prompt blocks draw their words
-from a generator seeded by a BLAKE2 hash of the block's key, so unrelated prompts do not share text.
+Generated text is a deterministic function of the context, like greedy decoding: each output token is a
+4-character word (exactly one token under this rule) chosen by the CRC-32 of everything before it, the prompt
+and the tokens generated so far (:class:`OutputText`). So a request whose prompt is another request's prompt
+plus the first ``k`` tokens it generated continues with exactly that request's token ``k``, ``k + 1``, ... (the
+router's request migration relies on it). Prompt blocks draw their words from a generator seeded by a BLAKE2
+hash of the block's key, so unrelated prompts do not share text.
 
 :func:`prompt_text` builds a prompt of an exact token count from Mooncake-style prefix-block hashes, so two
 requests that share leading hash ids share leading text (and therefore prefix-cache hits, in the emulator and
@@ -27,8 +30,9 @@ import numpy as np
 __all__ = [
     "CHARS_PER_TOKEN",
     "VOCAB_SIZE",
+    "OutputText",
     "count_tokens",
-    "output_token_text",
+    "generated_text",
     "prompt_text",
     "token_ids",
 ]
@@ -62,9 +66,30 @@ def _word(seed: int) -> str:
     return _SYLLABLES[seed & 15] + _SYLLABLES[(seed >> 4) & 15][0] + " "
 
 
-def output_token_text(request_id: str, index: int) -> str:
-    """Text of output token ``index`` of ``request_id`` (exactly one token)."""
-    return _word(zlib.crc32(f"{request_id}:{index}".encode("utf-8", "surrogatepass")))
+class OutputText:
+    """The output tokens of one context, one word per :meth:`next` (a running CRC-32 of the context)."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, prompt: str | bytes) -> None:
+        data = prompt if isinstance(prompt, bytes) else prompt.encode("utf-8", "surrogatepass")
+        self._state = zlib.crc32(data)
+
+    def next(self) -> str:
+        """The next output token's text (exactly one token); it joins the context."""
+        word = _WORDS[self._state & 0xFF]
+        self._state = zlib.crc32(word.encode(), self._state)
+        return word
+
+
+def generated_text(prompt: str, num_tokens: int) -> str:
+    """The first ``num_tokens`` output tokens the emulator generates after ``prompt``.
+
+    ``prompt``: a completion prompt, or a chat request's rendered prompt
+    (:func:`livestack.emulator.protocol.chat_prompt_text`).
+    """
+    out = OutputText(prompt)
+    return "".join(out.next() for _ in range(num_tokens))
 
 
 def prompt_text(

@@ -1,7 +1,7 @@
 """What a client sees under injected faults: every request ends ok, failed (cleanly) or lost.
 
 * **ok**: HTTP 200, the whole stream (``[DONE]``, no error event) and exactly the text the emulator generates
-  for that request id (:func:`livestack.emulator.tokenizer.output_token_text`): nothing dropped or corrupted;
+  for that prompt (:func:`livestack.emulator.tokenizer.generated_text`): nothing dropped, duplicated or corrupted;
 * **failed**: the client was told, within the bound: an HTTP error status with a JSON error body, an SSE error
   event followed by ``[DONE]``, or a refused/closed connection;
 * **lost**: anything else: no answer within the bound (a hang), a 200 stream that ends without ``[DONE]`` and
@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from livestack.emulator.tokenizer import output_token_text, prompt_text
+from livestack.emulator.tokenizer import generated_text, prompt_text
 
 REQUEST_BOUND_S = 30.0
 """No request may take longer than this (client side) in any chaos case: past it, it counts as lost."""
@@ -58,15 +58,11 @@ class Tally:
         return [f"{o.request_id}: {o.detail}" for o in self.outcomes if o.kind == "lost"]
 
 
-def expected_text(request_id: str, max_tokens: int) -> str:
-    return "".join(output_token_text(request_id, i) for i in range(max_tokens))
-
-
 def body_for(request_id: str, prompt_tokens: int, max_tokens: int, stream: bool = True) -> dict[str, Any]:
     return {"prompt": prompt_text(prompt_tokens, salt=request_id), "max_tokens": max_tokens, "stream": stream}
 
 
-def _classify_sse(raw: bytes, request_id: str, max_tokens: int) -> tuple[str, str]:
+def _classify_sse(raw: bytes, expected: str) -> tuple[str, str]:
     events: list[Any] = []
     done = False
     for block in raw.decode(errors="replace").split("\n\n"):
@@ -98,18 +94,18 @@ def _classify_sse(raw: bytes, request_id: str, max_tokens: int) -> tuple[str, st
         for c in (e.get("choices") or [])
         if isinstance(c, dict)
     )
-    if text != expected_text(request_id, max_tokens):
+    if text != expected:
         return "lost", f"wrong text ({len(text)} chars)"
     return "ok", ""
 
 
-def _classify_unary(raw: bytes, request_id: str, max_tokens: int) -> tuple[str, str]:
+def _classify_unary(raw: bytes, expected: str) -> tuple[str, str]:
     try:
         data = json.loads(raw)
         text = data["choices"][0]["text"]
     except (ValueError, KeyError, IndexError, TypeError):
         return "lost", f"unparsable 200 body {raw[:80]!r}"
-    if text != expected_text(request_id, max_tokens):
+    if text != expected:
         return "lost", "wrong text"
     return "ok", ""
 
@@ -143,11 +139,11 @@ async def send(
         except (ValueError, KeyError, TypeError):
             return Outcome(request_id, "lost", latency, f"HTTP {status} without a JSON error: {raw[:80]!r}")
         return Outcome(request_id, "failed", latency, f"HTTP {status}: {message}")
-    max_tokens = int(body["max_tokens"])
+    expected = generated_text(body["prompt"], int(body["max_tokens"]))
     if body.get("stream"):
-        kind, detail = _classify_sse(raw, request_id, max_tokens)
+        kind, detail = _classify_sse(raw, expected)
     else:
-        kind, detail = _classify_unary(raw, request_id, max_tokens)
+        kind, detail = _classify_unary(raw, expected)
     return Outcome(request_id, kind, latency, detail)
 
 

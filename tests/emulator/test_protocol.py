@@ -5,7 +5,14 @@ import json
 import pytest
 
 from livestack.emulator.protocol import ApiError, parse_request, sse_chunk, sse_done, sse_error, sse_usage_chunk
-from livestack.emulator.tokenizer import CHARS_PER_TOKEN, count_tokens, output_token_text, prompt_text, token_ids
+from livestack.emulator.tokenizer import (
+    CHARS_PER_TOKEN,
+    OutputText,
+    count_tokens,
+    generated_text,
+    prompt_text,
+    token_ids,
+)
 
 MODEL = "m"
 
@@ -97,7 +104,39 @@ def test_tokenizer_is_deterministic_and_prompts_have_exact_lengths() -> None:
     assert shared_a[2 * block_chars :] != shared_b[2 * block_chars :]
     assert prompt_text(100, salt="x") != prompt_text(100, salt="y")
     assert prompt_text(100, salt="x") == prompt_text(100, salt="x")
-    words = [output_token_text("req", i) for i in range(50)]
+    out = OutputText("a prompt")
+    words = [out.next() for _ in range(50)]
     assert all(count_tokens(w) == 1 for w in words)
-    assert words == [output_token_text("req", i) for i in range(50)]
-    assert words != [output_token_text("other", i) for i in range(50)]
+    assert "".join(words) == generated_text("a prompt", 50)
+    assert generated_text("a prompt", 50) != generated_text("another prompt", 50)
+    assert len(set(words)) > 10
+
+
+def test_output_continues_a_prompt_extended_by_its_own_output() -> None:
+    """Greedy-like: the prompt plus the first k output tokens continues with output token k (migration relies on it)."""
+    prompt = prompt_text(300, salt="c")
+    full = generated_text(prompt, 40)
+    for k in (0, 1, 17, 39):
+        head = full[: k * CHARS_PER_TOKEN]
+        assert head + generated_text(prompt + head, 40 - k) == full
+
+
+def test_chat_continue_final_message_renders_the_open_assistant_turn() -> None:
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]
+    prompt = parse({"messages": messages, "max_tokens": 5}, "chat").prompt
+    cont = parse(
+        {
+            "messages": [*messages, {"role": "assistant", "content": "kalo "}],
+            "add_generation_prompt": False,
+            "continue_final_message": True,
+            "max_tokens": 4,
+        },
+        "chat",
+    )
+    assert cont.prompt == prompt + "kalo "
+    assert cont.prompt_tokens == count_tokens(prompt) + 1  # one more token, whatever the prompt length
+    with pytest.raises(ApiError) as info:
+        parse({"messages": messages, "continue_final_message": True}, "chat")
+    assert info.value.param == "continue_final_message"
+    with pytest.raises(ApiError):
+        parse({"messages": messages, "add_generation_prompt": "no"}, "chat")

@@ -10,7 +10,7 @@ import pytest
 from env.scenario import ClusterConfig
 from livestack.emulator import EmulatorHost, FaultConfig, InstanceSpec
 from livestack.emulator.engine import build_engine
-from livestack.emulator.tokenizer import output_token_text, prompt_text
+from livestack.emulator.tokenizer import generated_text, prompt_text
 from tests.router.cluster import parse_sse
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -88,9 +88,7 @@ async def test_nixl_handshake_and_decode_skips_prefill(session: aiohttp.ClientSe
             assert resp.headers["Content-Type"] == "text/event-stream"
             events, done = parse_sse(await resp.read())
         assert done
-        assert "".join(e["choices"][0]["text"] for e in events) == "".join(
-            output_token_text("rid", i) for i in range(6)
-        )
+        assert "".join(e["choices"][0]["text"] for e in events) == generated_text(prompt, 6)
         assert await _metric(session, p, "vllm:kv_cache_usage_perc{") == 0.0
         assert await _metric(session, d, 'vllm:prompt_tokens_by_source_total{engine="0",model_name') == 3000
         assert await _metric(session, d, "vllm:external_prefix_cache_hits_total{") == 2999

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from livestack.emulator import FaultConfig
-from livestack.emulator.tokenizer import output_token_text, prompt_text
+from livestack.emulator.tokenizer import generated_text, prompt_text
 from tests.router.cluster import emulator_process, live_cluster, stream_request
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -26,8 +26,9 @@ pd_disaggregation_policy:
 """
 
 
-def _text(request_id: str, n: int) -> str:
-    return "".join(output_token_text(request_id, i) for i in range(n))
+def _text(salt: str, n: int) -> str:
+    """The emulator's first ``n`` output tokens after ``prompt_text(2500, salt=salt)``."""
+    return generated_text(prompt_text(2500, salt=salt), n)
 
 
 async def test_injected_transfer_failures_all_complete_by_fallback(tmp_path: Path) -> None:

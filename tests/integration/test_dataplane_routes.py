@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from livestack.emulator.tokenizer import output_token_text, prompt_text
+from livestack.emulator.protocol import chat_prompt_text
+from livestack.emulator.tokenizer import generated_text, prompt_text
 from tests.router.cluster import StreamResult, live_cluster, stream_request
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -29,15 +30,11 @@ LONG = prompt_text(3000, salt="long")
 SHORT = prompt_text(100, salt="short")
 
 
-def expected_text(request_id: str, num_tokens: int) -> str:
-    return "".join(output_token_text(request_id, i) for i in range(num_tokens))
-
-
-def assert_complete(result: StreamResult, request_id: str, num_tokens: int, prompt_tokens: int) -> None:
+def assert_complete(result: StreamResult, request_id: str, num_tokens: int, prompt_tokens: int, prompt: str) -> None:
     assert result.status == 200
     assert result.errors == []
     assert result.done
-    assert result.text == expected_text(request_id, num_tokens)
+    assert result.text == generated_text(prompt, num_tokens)
     assert result.usage == {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": num_tokens,
@@ -53,8 +50,8 @@ async def test_remote_and_local_routes_serve_correct_streams(tmp_path: Path) -> 
             stream_request(c.session, c.url, {**body, "prompt": LONG}, {"X-Request-Id": "remote-1"}),
             stream_request(c.session, c.url, {**body, "prompt": SHORT}, {"X-Request-Id": "local-1"}),
         )
-        assert_complete(remote, "remote-1", 12, 3000)
-        assert_complete(local, "local-1", 12, 100)
+        assert_complete(remote, "remote-1", 12, 3000, LONG)
+        assert_complete(local, "local-1", 12, 100, SHORT)
         records = {r["request_id"]: r for r in c.records()}
         assert records["remote-1"]["route"] == "remote_prefill"
         assert records["remote-1"]["reason"] == "long_prompt"
@@ -89,7 +86,9 @@ async def test_remote_and_local_routes_serve_correct_streams(tmp_path: Path) -> 
             assert resp.status == 200
             data = await resp.json()
         assert data["id"] == "chatcmpl-chat-remote"
-        assert data["choices"][0]["message"]["content"] == expected_text("chat-remote", 5)
+        assert data["choices"][0]["message"]["content"] == generated_text(
+            chat_prompt_text([{"role": "user", "content": LONG}]), 5
+        )
         assert data["kv_transfer_params"] is None
         rec = {r["request_id"]: r for r in c.records()}["chat-remote"]
         assert (rec["tenant"], rec["route"], rec["stream"]) == ("chat", "remote_prefill", False)
