@@ -160,6 +160,12 @@ class RouterConfig(_Frozen):
     max_decode_attempts: Annotated[int, Field(ge=1)] = Field(
         2, description="Decode instances tried for one request when one fails before its first byte."
     )
+    migration_limit: Annotated[int, Field(ge=0)] = Field(
+        3,
+        description="Times one stream may be resumed on another decode instance when its decode instance fails "
+        "after the first byte (router/migrate.py; like Dynamo's --migration-limit); 0 = off: the stream ends "
+        "with an error event.",
+    )
 
     @model_validator(mode="after")
     def _check_instances(self) -> RouterConfig:

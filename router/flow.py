@@ -12,7 +12,8 @@ Request flow (``POST /v1/completions``, ``POST /v1/chat/completions``):
    Any route: a decode instance that cannot be reached, answers 5xx, or fails before its first byte is marked
    unhealthy and the request is retried on another decode instance (``max_decode_attempts``) with the same body
    (a remote request keeps its KV parameters: the prefill instance still holds the blocks). After the first byte
-   went to the client, a failure ends the stream with a vLLM-style error event and ``[DONE]``;
+   went to the client, the stream is resumed on another decode instance (:mod:`router.migrate`, up to
+   ``migration_limit`` times), else ended with a vLLM-style error event and ``[DONE]``;
 4. record: metrics and one JSONL line (:mod:`router.telemetry`).
 
 Client disconnects cancel the handler, which closes the upstream connection (the instance then aborts): the
@@ -40,10 +41,12 @@ from router.config import RouterConfig
 from router.decide import Planner
 from router.estimates import TransferHealth
 from router.limits import parse_json
+from router.migrate import StreamMigrator
 from router.pd import decode_body, forwarded_headers, local_body, prefill_body, prefill_params
 from router.registry import Instance, InstanceRegistry
 from router.relay import RelayResult, is_error_event, relay, sse_error_event
 from router.request import FlowRequest, completion_tokens, json_error
+from router.resume import StreamTranscript
 from router.telemetry import RequestLog, RequestRecord, RouterMetrics
 
 __all__ = ["UPSTREAM_ERRORS", "RequestFlow", "prefill_client_timeout"]
@@ -104,6 +107,10 @@ class RequestFlow:
         self._prefill_timeout = prefill_client_timeout(config)
         self._unary_timeout = aiohttp.ClientTimeout(total=t.first_token_s, sock_connect=t.connect_s)
         self._tokenize_remotely = config.estimation.tokenizer == "instance"
+        self._migrator = StreamMigrator(
+            config, registry, planner, metrics, session, now, self._mark_failed,
+            lambda req, kind: self._fallback(req.record, kind),
+        )  # fmt: skip
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -158,7 +165,10 @@ class RequestFlow:
         self.metrics.decisions.labels(f.tenant, rec.route, rec.reason).inc()
         self.metrics.in_flight.inc()
         try:
-            return await self._serve(request, req)
+            response = await self._serve(request, req)
+            if req.cut is not None:
+                await self._resume(req)
+            return response
         except asyncio.CancelledError:
             if not req.delivered:
                 rec.error = rec.error or "client disconnected"
@@ -171,6 +181,16 @@ class RequestFlow:
             self.metrics.record(rec)
             if self.log is not None:
                 self.log.write(rec)
+
+    async def _resume(self, req: FlowRequest) -> None:
+        """Resume a stream cut mid-way on another decode instance (:mod:`router.migrate`), then end it."""
+        assert req.cut is not None
+        downstream, transcript = req.cut
+        req.cut = None
+        failed = {req.record.decode_instance} if req.record.decode_instance else set()
+        await self._migrator.resume(req, downstream, transcript, failed)
+        with contextlib.suppress(ConnectionError):
+            await downstream.write_eof()
 
     async def _serve(self, request: web.Request, req: FlowRequest) -> web.StreamResponse:
         plan, rec = req.plan, req.record
@@ -366,8 +386,9 @@ class RequestFlow:
             downstream = web.StreamResponse(headers=_SSE_HEADERS)
             await downstream.prepare(request)
             result = RelayResult(0, first_s, False)
+            transcript = StreamTranscript() if self._migrator.enabled else None
             try:
-                await relay(resp, downstream, first, self._now, result)
+                await relay(resp, downstream, first, self._now, result, transcript.feed if transcript else None)
             except asyncio.CancelledError:
                 if result.delivered:  # the client had everything and left: a success, counted as one
                     self._delivered(req, inst, result, first_s, first)
@@ -384,6 +405,9 @@ class RequestFlow:
             self._mark_failed(inst, "disconnect")
             rec.error = f"decode {inst.id} failed mid-stream: {result.upstream_error}"
             rec.status = 502
+            if transcript is not None:
+                req.cut = (downstream, transcript)  # resumed (or ended with an error event) by generate()
+                return downstream
             with contextlib.suppress(ConnectionError):
                 await downstream.write(sse_error_event(502, rec.error))
         elif result.client_gone and not result.delivered:

@@ -60,6 +60,7 @@ async def relay(
     first_chunk: bytes,
     clock: Callable[[], float],
     progress: RelayResult | None = None,
+    frame: Callable[[bytes], bytes] | None = None,
 ) -> RelayResult:
     """Copy ``first_chunk`` and the rest of ``upstream`` to ``downstream``, up to and including ``[DONE]``.
 
@@ -73,9 +74,13 @@ async def relay(
         clock: a zero-argument callable returning seconds (the event loop's ``time``).
         progress: updated in place as the stream goes (so that a caller cancelled mid-relay knows how far it
             got); a fresh one when ``None``. The same object is returned.
+        frame: maps each upstream chunk to the bytes to write now (:meth:`router.resume.StreamTranscript.feed`:
+            whole events only, remembered for a resume); ``None`` copies chunks as they are.
     """
     now = clock  # local alias: called once per chunk
     result = progress if progress is not None else RelayResult(0, now(), False)
+    if frame is not None:
+        first_chunk = frame(first_chunk)
     result.events = first_chunk.count(_DATA)
     result.done = _DONE in first_chunk
     result.last_chunk_s = now()
@@ -91,6 +96,8 @@ async def relay(
             chunk = await content.readany()
             if not chunk:
                 break
+            if frame is not None and not (chunk := frame(chunk)):
+                continue
             result.last_chunk_s = now()
             result.events += chunk.count(_DATA)
             done = result.done or _DONE in chunk

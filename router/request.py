@@ -10,6 +10,7 @@ from aiohttp import web
 
 from router.decide import Plan
 from router.relay import error_body
+from router.resume import StreamTranscript
 from router.telemetry import RequestRecord
 
 __all__ = ["FlowRequest", "completion_tokens", "json_error"]
@@ -19,7 +20,8 @@ class FlowRequest:
     """Per-request working state of :class:`router.flow.RequestFlow`."""
 
     __slots__ = (
-        "arrival", "authorization", "body", "delivered", "path", "plan", "raw", "record", "request_id", "stream",
+        "arrival", "authorization", "body", "cut", "delivered", "path", "plan", "raw", "record", "request_id",
+        "stream",
     )  # fmt: skip
 
     def __init__(
@@ -44,6 +46,9 @@ class FlowRequest:
         self.record = record
         self.delivered = False
         """The whole stream, ``[DONE]`` included, reached the client: a success whatever the client does next."""
+        self.cut: tuple[web.StreamResponse, StreamTranscript] | None = None
+        """A stream cut mid-way by its decode instance, to resume (:mod:`router.migrate`): the client response
+        and what reached it."""
 
 
 def completion_tokens(payload: bytes) -> int:

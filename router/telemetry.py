@@ -129,8 +129,15 @@ class RouterMetrics:
         self.fallbacks = Counter(
             "pdctl_router_fallbacks",
             "Requests that left their decided path (kind: prefill_error, prefill_timeout, transfer_failed, "
-            "transfer_timeout, prefill_retry, decode_retry).",
+            "transfer_timeout, prefill_retry, decode_retry, migration).",
             ("tenant", "kind"),
+            registry=registry,
+        )
+        self.migrations = Counter(
+            "pdctl_router_migrations",
+            "Stream migrations (router/migrate.py) by outcome: completed, failed, refused, client_gone per attempt; "
+            "exhausted, no_instance, unsupported per cut stream not resumed.",
+            ("outcome",),
             registry=registry,
         )
         self.upstream_errors = Counter(

@@ -108,9 +108,12 @@ async def test_prefill_instance_down_falls_back_local(tmp_path: Path) -> None:
 
 
 async def test_crashed_decode_instance_fails_only_its_in_flight_streams(tmp_path: Path) -> None:
+    # migration off: a stream cut mid-way ends with an error event (tests/integration/test_stream_migration.py
+    # covers migration on)
     async with emulator_process(["--prefill", "0", "--decode", "1", "--id-offset", "1"]) as (proc, urls):
         extra = [{"id": "d1", "url": urls["d1"], "role": "decode"}]
-        async with live_cluster(tmp_path, 0, 1, extra_instances=extra) as c:
+        overrides = {"health": {"interval_s": 0.2, "timeout_s": 0.5}, "migration_limit": 0}
+        async with live_cluster(tmp_path, 0, 1, extra_instances=extra, router_overrides=overrides) as c:
             num_streams = 12
             first_bytes = asyncio.Event()
             started = 0
