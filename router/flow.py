@@ -153,7 +153,11 @@ class RequestFlow:
         plan = self.planner.plan(
             body, self._policy().resolved, request_id, headers.get("X-Tenant-Id"), api_key, arrival, counted
         )
-        if plan is None:
+        if plan is None:  # refused: still a finished request, so that the outcome counters match the clients
+            tenant = self._policy().resolved.identify_tenant(
+                headers.get("X-Tenant-Id"), api_key, str(body.get("model") or "")
+            )
+            self.metrics.requests.labels(tenant, "none", "error").inc()
             return json_error(503, "no decode instance available", "ServiceUnavailableError")
         f = plan.features
         stream = bool(body.get("stream", False))

@@ -120,7 +120,10 @@ class RouterMetrics:
             "pdctl_router_e2e_seconds", "Client-visible request latency.", tr, buckets=_E2E_BUCKETS, registry=registry
         )
         self.requests = Counter(
-            "pdctl_router_requests", "Finished requests by outcome.", ("tenant", "route", "outcome"), registry=registry
+            "pdctl_router_requests",
+            "Finished requests by outcome (route none: refused, no decode instance available).",
+            ("tenant", "route", "outcome"),
+            registry=registry,
         )
         self.decisions = Counter(
             "pdctl_router_decisions", "Route decisions by route and reason.", ("tenant", "route", "reason"),

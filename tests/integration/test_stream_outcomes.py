@@ -16,7 +16,7 @@ import pytest
 
 from livestack.emulator import FaultConfig
 from livestack.emulator.tokenizer import prompt_text
-from tests.router.cluster import LiveCluster, live_cluster
+from tests.router.cluster import LiveCluster, emulator_process, live_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
@@ -77,3 +77,24 @@ async def test_a_finished_stream_is_closed_without_waiting_for_the_instance(tmp_
         async with c.session.post(c.url + "/v1/completions", json=body, timeout=timeout) as resp:
             raw = await resp.read()
         assert raw.rstrip().endswith(b"data: [DONE]")
+
+
+async def test_a_request_refused_for_want_of_a_decode_instance_is_counted(tmp_path: Path) -> None:
+    """The 503 answered when no decode instance takes requests counts as an error, like any failed request."""
+    async with emulator_process(["--prefill", "0", "--decode", "1", "--id-offset", "9"]) as (proc, urls):
+        extra = [{"id": "d9", "url": urls["d9"], "role": "decode"}]
+        async with live_cluster(tmp_path, 1, 0, extra_instances=extra) as c:
+            proc.kill()
+            await proc.wait()
+            d9 = c.router.registry.instances["d9"]
+            for _ in range(100):
+                if not d9.healthy:
+                    break
+                await asyncio.sleep(0.05)
+            body = {"prompt": prompt_text(64, salt="refused"), "max_tokens": MAX_TOKENS}
+            async with c.session.post(c.url + "/v1/completions", json=body, headers={"X-Tenant-Id": "anyone"}) as resp:
+                assert resp.status == 503
+            sample = c.router.metrics_registry.get_sample_value(
+                "pdctl_router_requests_total", {"tenant": "default", "route": "none", "outcome": "error"}
+            )
+            assert sample == 1.0
