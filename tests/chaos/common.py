@@ -7,7 +7,10 @@
 * **lost**: anything else: no answer within the bound (a hang), a 200 stream that ends without ``[DONE]`` and
   without an error, a 200 with the wrong text, or an error body that is not the documented JSON shape.
 
-Load is always a fixed number of requests (bounded, self-stopping) with a client-side time bound on each.
+Load is always a fixed number of requests (bounded, self-stopping) with a client-side time bound on each. Every
+case runs at least :data:`NUM_REQUESTS` requests at a concurrency of at least :data:`CONCURRENCY`, and
+cross-checks the client's count with the router's own ``pdctl_router_requests_total{outcome}``
+(:class:`RouterCounts`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +30,19 @@ from livestack.emulator.tokenizer import generated_text, prompt_text
 
 REQUEST_BOUND_S = 30.0
 """No request may take longer than this (client side) in any chaos case: past it, it counts as lost."""
+NUM_REQUESTS = 1000
+"""Requests of each case's fault phase (at least)."""
+CONCURRENCY = 100
+"""Requests in flight at once in each case's fault phase (at least)."""
+TIME_SCALE = 0.1
+"""Wall seconds per emulated second of the emulated instances (10x faster), unless a case says otherwise."""
+
+
+def client_session() -> aiohttp.ClientSession:
+    """A client pool without a connection cap (aiohttp's default of 100 would cap the concurrency)."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=REQUEST_BOUND_S)
+    )
 
 
 @dataclass(frozen=True)
@@ -39,9 +56,19 @@ class Outcome:
 @dataclass
 class Tally:
     outcomes: list[Outcome] = field(default_factory=list)
+    concurrency: int = 0
+    """The most requests in flight at once over the loads added (client side)."""
+    wall_s: float = 0.0
+    """Wall seconds of the loads added."""
 
     def extend(self, items: Sequence[Outcome]) -> None:
         self.outcomes.extend(items)
+
+    def add(self, run: LoadRun) -> None:
+        """Add a finished :func:`load` run."""
+        self.outcomes.extend(run.outcomes)
+        self.concurrency = max(self.concurrency, run.peak_in_flight)
+        self.wall_s += run.wall_s
 
     def count(self, kind: str) -> int:
         return sum(1 for o in self.outcomes if o.kind == kind)
@@ -54,8 +81,77 @@ class Tally:
         lat = [o.latency_s for o in self.outcomes if o.kind == "ok"]
         return float(np.percentile(lat, 99)) * 1e3 if lat else None
 
+    def failures(self) -> dict[str, int]:
+        """How many requests failed, by the start of their detail (for assertion messages)."""
+        return dict(Counter(o.detail[:80] for o in self.outcomes if o.kind == "failed"))
+
     def lost_details(self) -> list[str]:
         return [f"{o.request_id}: {o.detail}" for o in self.outcomes if o.kind == "lost"]
+
+
+@dataclass
+class LoadRun:
+    """One bounded load: its outcomes (filled as requests end), peak in-flight count and wall time."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    in_flight: int = 0
+    peak_in_flight: int = 0
+    wall_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class RouterCounts:
+    """The router's own counters over a phase (differences of ``/metrics`` readings)."""
+
+    ok: int
+    error: int
+    migrations: int
+    """Streams resumed on another decode instance (``pdctl_router_migrations_total{outcome="completed"}``)."""
+    migration_outcomes: dict[str, int]
+
+    def __sub__(self, other: RouterCounts) -> RouterCounts:
+        keys = set(self.migration_outcomes) | set(other.migration_outcomes)
+        return RouterCounts(
+            self.ok - other.ok,
+            self.error - other.error,
+            self.migrations - other.migrations,
+            {k: self.migration_outcomes.get(k, 0) - other.migration_outcomes.get(k, 0) for k in keys},
+        )
+
+
+async def router_counts(session: aiohttp.ClientSession, url: str) -> RouterCounts:
+    """Read ``pdctl_router_requests_total`` (summed over tenants and routes) and the migration counters."""
+    async with session.get(url + "/metrics") as resp:
+        text = await resp.text()
+    outcomes: dict[str, float] = {}
+    migrations: dict[str, float] = {}
+    for line in text.splitlines():
+        for name, into in (("pdctl_router_requests_total{", outcomes), ("pdctl_router_migrations_total{", migrations)):
+            if line.startswith(name):
+                labels, value = line.rsplit(" ", 1)
+                outcome = labels.split('outcome="', 1)[1].split('"', 1)[0]
+                into[outcome] = into.get(outcome, 0.0) + float(value)
+    return RouterCounts(
+        int(outcomes.get("ok", 0)),
+        int(outcomes.get("error", 0)),
+        int(migrations.get("completed", 0)),
+        {k: int(v) for k, v in migrations.items()},
+    )
+
+
+async def settled_counts(
+    session: aiohttp.ClientSession, url: str, before: RouterCounts, expected: int, wait_s: float = 5.0
+) -> RouterCounts:
+    """The router's counters since ``before`` once it has recorded ``expected`` requests (or after ``wait_s``).
+
+    A client can read a stream's end a moment before the router's handler records it.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        counts = await router_counts(session, url) - before
+        if counts.ok + counts.error >= expected or time.monotonic() > deadline:
+            return counts
+        await asyncio.sleep(0.05)
 
 
 def body_for(request_id: str, prompt_tokens: int, max_tokens: int, stream: bool = True) -> dict[str, Any]:
@@ -154,25 +250,38 @@ async def load(
     num_requests: int,
     concurrency: int,
     make_body: Callable[[str, int], dict[str, Any]],
-    headers: dict[str, str] | None = None,
+    headers: dict[str, str] | Callable[[int], dict[str, str]] | None = None,
     gap_s: float = 0.0,
-) -> list[Outcome]:
-    """``num_requests`` requests, at most ``concurrency`` at a time, ``gap_s`` between starts per worker."""
-    queue = list(range(num_requests))
-    results: list[Outcome] = []
+    run: LoadRun | None = None,
+) -> LoadRun:
+    """``num_requests`` requests, at most ``concurrency`` at a time, ``gap_s`` between starts per worker.
+
+    ``headers``: the same for every request, or a function of the request's index. ``run``: filled as requests
+    end (so that a case can act on the progress of a load running as a task).
+    """
+    queue = deque(range(num_requests))
+    out = run if run is not None else LoadRun()
 
     async def worker() -> None:
         while queue:
-            k = queue.pop(0)
+            k = queue.popleft()
             rid = f"{prefix}-{k}"
             target = url() if callable(url) else url
-            results.append(await send(session, target, rid, make_body(rid, k), headers))
+            out.in_flight += 1
+            out.peak_in_flight = max(out.peak_in_flight, out.in_flight)
+            try:
+                extra = headers(k) if callable(headers) else headers
+                out.outcomes.append(await send(session, target, rid, make_body(rid, k), extra))
+            finally:
+                out.in_flight -= 1
             if gap_s:
                 await asyncio.sleep(gap_s)
 
+    start = time.monotonic()
     async with asyncio.timeout(REQUEST_BOUND_S * (num_requests // max(concurrency, 1) + 2)):
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return results
+    out.wall_s = time.monotonic() - start
+    return out
 
 
 def records_by_id(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
