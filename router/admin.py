@@ -5,7 +5,9 @@ and resolver; ``PUT /admin/roles`` validates every instance id and role before c
 body is answered ``400 {"error": {"message", "field"}}`` with the dotted path of the field, and nothing changes.
 A missing or wrong token is ``401``. A policy write is compare-and-set on ``generation``: one that names a
 generation not newer than the one the router holds is ``409`` (``current_generation`` in the error), so of two
-writers that read the same state only the first wins; a write without a generation gets the next one.
+writers that read the same state only the first wins; a write without a generation gets the next one. Role
+writes are compare-and-set the same way on their own counter, ``roles_generation`` (in ``GET /admin/state``), so a
+writer that decided moves on a stale reading of the roles is refused rather than moving instances twice.
 """
 
 from __future__ import annotations
@@ -57,6 +59,29 @@ def _bad(exc: _BadRequest) -> web.Response:
     return web.json_response({"error": {"message": exc.message, "field": exc.field, **exc.extra}}, status=exc.status)
 
 
+def _newer_generation(value: object, held: int, state_key: str) -> int:
+    """The generation a write takes: ``value`` when newer than ``held`` (compare-and-set), ``held + 1`` without one.
+
+    Raises:
+        _BadRequest: not a non-negative integer (400), or not newer than ``held`` (409, ``current_generation``).
+    """
+    if value is None:
+        return held + 1
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _BadRequest("generation", f"generation must be an integer, got {value!r}")
+    if value < 0:
+        raise _BadRequest("generation", "generation must be >= 0")
+    if value <= held:  # compare-and-set: only a newer write wins
+        raise _BadRequest(
+            "generation",
+            f"stale generation {value}: the router holds {state_key} {held} (another writer was first); "
+            f"read GET /admin/state and write again with a newer generation",
+            status=409,
+            current_generation=held,
+        )
+    return value
+
+
 class AdminApi:
     """Handlers of the admin endpoints."""
 
@@ -77,6 +102,7 @@ class AdminApi:
         self._transfer_healthy = transfer_healthy
         self._on_roles_changed = on_roles_changed
         self._max_json_depth = max_json_depth
+        self._roles_generation = 0
 
     def add_routes(self, app: web.Application) -> None:
         """Register the admin routes on ``app``."""
@@ -114,6 +140,7 @@ class AdminApi:
         return {
             "generation": policy.generation,
             "policy": policy.document,
+            "roles_generation": self._roles_generation,
             "instances": self._registry.state(),
             "kv_transfer_healthy": self._transfer_healthy(),
         }
@@ -139,20 +166,7 @@ class AdminApi:
         for key in body:
             if key not in ("generation", "policy"):
                 raise _BadRequest(key, "unknown key (expected 'generation' and 'policy')")
-        generation = body.get("generation")
-        if generation is not None and (isinstance(generation, bool) or not isinstance(generation, int)):
-            raise _BadRequest("generation", f"generation must be an integer, got {generation!r}")
-        if generation is not None and generation < 0:
-            raise _BadRequest("generation", "generation must be >= 0")
-        held = self._get_policy().generation
-        if generation is not None and generation <= held:  # compare-and-set: only a newer write wins
-            raise _BadRequest(
-                "generation",
-                f"stale generation {generation}: the router holds generation {held} (another writer was first); "
-                f"read GET /admin/state and write again with a newer generation",
-                status=409,
-                current_generation=held,
-            )
+        next_generation = _newer_generation(body.get("generation"), self._get_policy().generation, "generation")
         if "policy" not in body:
             raise _BadRequest("policy", "policy is required")
         document = body["policy"]
@@ -160,7 +174,6 @@ class AdminApi:
             raise _BadRequest("policy", "policy must be a JSON object (a policy-file document)")
         try:
             parsed = load_policy_data(document, "admin:policy")
-            next_generation = generation if generation is not None else held + 1
             return policy_state_from(parsed, next_generation, "admin:policy")
         except PolicyFileError as exc:
             first = exc.problems[0]
@@ -176,8 +189,9 @@ class AdminApi:
         try:
             body = await self._json_object(request)
             for key in body:
-                if key != "roles":
-                    raise _BadRequest(key, "unknown key (expected 'roles')")
+                if key not in ("generation", "roles"):
+                    raise _BadRequest(key, "unknown key (expected 'generation' and 'roles')")
+            generation = _newer_generation(body.get("generation"), self._roles_generation, "roles_generation")
             roles = body.get("roles")
             if not isinstance(roles, dict):
                 raise _BadRequest("roles", "roles must be an object {instance id: 'prefill' | 'decode'}")
@@ -188,5 +202,6 @@ class AdminApi:
             return _bad(exc)
         checked: dict[str, Role] = {k: ("prefill" if v == "prefill" else "decode") for k, v in roles.items()}
         self._registry.change_roles(checked)
+        self._roles_generation = generation
         self._on_roles_changed()
         return web.json_response(self.state())
