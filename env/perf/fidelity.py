@@ -13,7 +13,7 @@ is a closed-form least squares on relative error.
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -107,9 +107,7 @@ def relative_errors(
     profile: OperatorProfile, points: list[StepPoint], overheads: StepOverheads, tp: int = 1
 ) -> list[tuple[StepPoint, float, float]]:
     """``(point, predicted_s, relative_error)`` per point (``step_overhead_s`` forced to 0, see module doc)."""
-    plain = StepOverheads(
-        0.0, overheads.layer_overhead_s, overheads.elementwise_bandwidth_frac, overheads.prefill_attention_factor
-    )
+    plain = replace(overheads, step_overhead_s=0.0)
     model = InterpolatedExecutionTimeModel(profile, tp, plain, max_batch=16)
     out = []
     for point in points:

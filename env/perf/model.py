@@ -113,6 +113,8 @@ class StepOverheads:
         layer_overhead_s: launch gaps and minimum durations of one layer's kernels in a graphed step.
         elementwise_bandwidth_frac: fraction of the device-copy bandwidth the element-wise kernels reach.
         prefill_attention_factor: whole-model prefill attention time over the isolated kernel's.
+        allreduce_latency_s: latency of one TP all-reduce (default: :data:`TP_ALLREDUCE_ASSUMPTION`).
+        allreduce_bandwidth_bytes_per_s: its bus-limited rate (default: :data:`TP_ALLREDUCE_ASSUMPTION`).
 
     The defaults are fitted on the Llama-3-8B whole-step timings on H200 (``pdctl perf check --fit``);
     :meth:`operator_only` gives the priors used when no whole-step timing exists.
@@ -122,6 +124,8 @@ class StepOverheads:
     layer_overhead_s: float = 44.2e-6
     elementwise_bandwidth_frac: float = 0.610
     prefill_attention_factor: float = 1.105
+    allreduce_latency_s: float | None = None
+    allreduce_bandwidth_bytes_per_s: float | None = None
 
     @classmethod
     def operator_only(cls) -> StepOverheads:
@@ -244,6 +248,12 @@ class InterpolatedExecutionTimeModel:
             / (profile.copy_bandwidth_bytes_per_s * self.overheads.elementwise_bandwidth_frac)
         )
         alpha, bw = TP_ALLREDUCE_ASSUMPTION.get(tp, (17e-6 * tp / 8, 152e9))
+        alpha = alpha if self.overheads.allreduce_latency_s is None else self.overheads.allreduce_latency_s
+        bw = (
+            bw
+            if self.overheads.allreduce_bandwidth_bytes_per_s is None
+            else self.overheads.allreduce_bandwidth_bytes_per_s
+        )
         allreduce = (
             2 * layers * (alpha + tokens * self.model.hidden_size * self.model.bytes_per_param / bw)
             if tp > 1

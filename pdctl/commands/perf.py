@@ -40,12 +40,18 @@ def _predict(
     decode_batch: int,
     decode_context: int,
     as_json: bool,
+    allreduce: tuple[float | None, float | None] = (None, None),
 ) -> None:
-    from env.perf.model import InterpolatedExecutionTimeModel
+    from env.perf.model import InterpolatedExecutionTimeModel, StepOverheads
 
     loaded = _load("predict", profile, profile_dir, model_config)
+    latency_us, bandwidth_gbps = allreduce
+    overheads = StepOverheads(
+        allreduce_latency_s=None if latency_us is None else latency_us * 1e-6,
+        allreduce_bandwidth_bytes_per_s=None if bandwidth_gbps is None else bandwidth_gbps * 1e9,
+    )
     try:
-        model = InterpolatedExecutionTimeModel(loaded, tp)
+        model = InterpolatedExecutionTimeModel(loaded, tp, overheads)
     except (KeyError, ValueError) as exc:
         raise _fail("predict", f"{loaded.source}: cannot compose TP {tp} ({exc})") from None
     breakdown = model.breakdown(prefill_tokens, prefill_context, decode_batch, decode_context)
@@ -127,10 +133,12 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         decode_batch: int = typer.Option(0, "--decode-batch", min=0, help="Decoding sequences co-batched."),
         decode_context: int = typer.Option(0, "--decode-context", min=0, help="Context of each decoding sequence."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+        allreduce_us: float | None = typer.Option(None, "--allreduce-latency-us", min=0, help="TP all-reduce latency."),
+        allreduce_gbps: float | None = typer.Option(None, "--allreduce-gbps", min=1e-3, help="TP all-reduce GB/s."),
     ) -> None:
         """Predict one engine step's time (a prefill chunk co-batched with decodes) and its components."""
         args = (prefill_tokens, prefill_context, decode_batch, decode_context)
-        _predict(profile, profile_dir, model_config, tp, *args, as_json)
+        _predict(profile, profile_dir, model_config, tp, *args, as_json, (allreduce_us, allreduce_gbps))
 
     @group.command("check")
     def check(

@@ -124,3 +124,16 @@ def test_cli_predict_json() -> None:
     bad = runner.invoke(app, ["perf", "predict", "--profile", "a100-llama3-8b", "--prefill-tokens", "10"])
     assert bad.exit_code == 2
     assert "Traceback" not in bad.output
+
+
+def test_allreduce_assumption_can_be_varied() -> None:
+    base = InterpolatedExecutionTimeModel(profile(), 2).breakdown(decode_batch=1, decode_context_tokens_each=2048)
+    slow = InterpolatedExecutionTimeModel(
+        profile(), 2, StepOverheads(allreduce_latency_s=20e-6, allreduce_bandwidth_bytes_per_s=120e9)
+    ).breakdown(decode_batch=1, decode_context_tokens_each=2048)
+    assert slow.tp_allreduce_s == pytest.approx(2 * 32 * (20e-6 + 4096 * 2 / 120e9))
+    assert slow.tp_allreduce_s > 2 * base.tp_allreduce_s
+    args = ["perf", "predict", "--profile", "h200-llama3-70b", "--tp", "2", "--decode-batch", "1", "--json"]
+    fast = json.loads(runner.invoke(app, [*args, "--allreduce-latency-us", "3"]).output)
+    default = json.loads(runner.invoke(app, args).output)
+    assert fast["breakdown"]["tp_allreduce_s"] < default["breakdown"]["tp_allreduce_s"]
