@@ -108,7 +108,7 @@ def relative_errors(
 ) -> list[tuple[StepPoint, float, float]]:
     """``(point, predicted_s, relative_error)`` per point (``step_overhead_s`` forced to 0, see module doc)."""
     plain = replace(overheads, step_overhead_s=0.0)
-    model = InterpolatedExecutionTimeModel(profile, tp, plain, max_batch=16)
+    model = InterpolatedExecutionTimeModel(profile, tp, plain)
     out = []
     for point in points:
         predicted = sum(_components(model, point).values())
@@ -124,7 +124,7 @@ def fit_overheads(profile: OperatorProfile, points: list[StepPoint], tp: int = 1
     """
     if len(points) < 3:
         raise ValueError(f"need at least 3 whole-step timings to fit 3 constants, got {len(points)}")
-    unit = InterpolatedExecutionTimeModel(profile, tp, StepOverheads(0.0, 1e-6, 1.0, 1.0), max_batch=16)
+    unit = InterpolatedExecutionTimeModel(profile, tp, StepOverheads(0.0, 1e-6, 1.0, 1.0))
     design, target = [], []
     for point in points:
         c = _components(unit, point)

@@ -121,9 +121,9 @@ class StepOverheads:
     """
 
     step_overhead_s: float = 0.0
-    layer_overhead_s: float = 44.2e-6
-    elementwise_bandwidth_frac: float = 0.610
-    prefill_attention_factor: float = 1.105
+    layer_overhead_s: float = 44.1e-6
+    elementwise_bandwidth_frac: float = 0.611
+    prefill_attention_factor: float = 1.109
     allreduce_latency_s: float | None = None
     allreduce_bandwidth_bytes_per_s: float | None = None
 
