@@ -41,6 +41,7 @@ def _predict(
     decode_context: int,
     as_json: bool,
     allreduce: tuple[float | None, float | None] = (None, None),
+    prefill_sequences: int = 1,
 ) -> None:
     from env.perf.model import InterpolatedExecutionTimeModel, StepOverheads
 
@@ -54,7 +55,7 @@ def _predict(
         model = InterpolatedExecutionTimeModel(loaded, tp, overheads)
     except (KeyError, ValueError) as exc:
         raise _fail("predict", f"{loaded.source}: cannot compose TP {tp} ({exc})") from None
-    breakdown = model.breakdown(prefill_tokens, prefill_context, decode_batch, decode_context)
+    breakdown = model.breakdown(prefill_tokens, prefill_context, decode_batch, decode_context, prefill_sequences)
     name = profile if model_config is None else loaded.model.name
     payload = {
         "profile": name,
@@ -64,6 +65,7 @@ def _predict(
         "measured_tp": model.measured_tp,
         "prefill_tokens": prefill_tokens,
         "prefill_context_tokens": prefill_context,
+        "prefill_sequences": prefill_sequences,
         "decode_batch": decode_batch,
         "decode_context_tokens": decode_context,
         "step_time_s": breakdown.step_time_s,
@@ -130,6 +132,7 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree."),
         prefill_tokens: int = typer.Option(0, "--prefill-tokens", min=0, help="New tokens of the prefill chunk."),
         prefill_context: int = typer.Option(0, "--prefill-context", min=0, help="Tokens already cached before it."),
+        prefill_sequences: int = typer.Option(1, "--prefill-sequences", min=1, help="Prefill chunks of that size."),
         decode_batch: int = typer.Option(0, "--decode-batch", min=0, help="Decoding sequences co-batched."),
         decode_context: int = typer.Option(0, "--decode-context", min=0, help="Context of each decoding sequence."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -138,7 +141,8 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
     ) -> None:
         """Predict one engine step's time (a prefill chunk co-batched with decodes) and its components."""
         args = (prefill_tokens, prefill_context, decode_batch, decode_context)
-        _predict(profile, profile_dir, model_config, tp, *args, as_json, (allreduce_us, allreduce_gbps))
+        allreduce = (allreduce_us, allreduce_gbps)
+        _predict(profile, profile_dir, model_config, tp, *args, as_json, allreduce, prefill_sequences)
 
     @group.command("check")
     def check(

@@ -104,6 +104,8 @@ def test_measure_tiny_writes_a_folder_that_loads_and_predicts(tmp_path: Path) ->
     assert predicted.exit_code == 0, predicted.output
     payload = json.loads(predicted.output)
     assert payload["step_time_s"] > 0
+    twice = runner.invoke(app, [*args, "--prefill-tokens", "128", "--prefill-sequences", "2", "--json"])
+    assert json.loads(twice.output)["breakdown"]["lm_head_s"] > 0
     assert payload["step_time_s"] == pytest.approx(sum(payload["breakdown"].values()))
 
 
