@@ -18,24 +18,24 @@ __all__ = ["TransferModel", "build_engine", "kv_capacity_tokens", "load_profile"
 
 
 @lru_cache(maxsize=8)
-def load_profile(name: str, directory: str | None = None) -> OperatorProfile:
+def load_profile(name: str, directory: str | None = None, model_config: str | None = None) -> OperatorProfile:
     """The operator profile ``name`` (cached per process)."""
-    return load_operator_profile(name, directory)
+    return load_operator_profile(name, directory, model_config=model_config)
 
 
 @lru_cache(maxsize=8)
 def _time_model(
-    name: str, directory: str | None, tp: int, step_overhead_s: float | None, max_batch: int
+    name: str, directory: str | None, config: str | None, tp: int, step_overhead_s: float | None, max_batch: int
 ) -> InterpolatedExecutionTimeModel:
     overheads = StepOverheads() if step_overhead_s is None else StepOverheads(step_overhead_s=step_overhead_s)
-    return InterpolatedExecutionTimeModel(load_profile(name, directory), tp, overheads, max_batch=max_batch)
+    return InterpolatedExecutionTimeModel(load_profile(name, directory, config), tp, overheads, max_batch=max_batch)
 
 
 def kv_capacity_tokens(cluster: ClusterConfig, tp: int) -> int:
     """KV tokens one instance holds (the cluster's override, else the simulator's memory formula)."""
     if cluster.kv_capacity_tokens is not None:
         return cluster.kv_capacity_tokens
-    profile = load_profile(cluster.profile, _dir(cluster.profile_dir))
+    profile = load_profile(cluster.profile, _dir(cluster.profile_dir), _dir(cluster.hf_config))
     return sim_kv_capacity_tokens(profile, tp, cluster.gpu_memory_utilization, cluster.activation_reserve_bytes)
 
 
@@ -47,7 +47,12 @@ def build_engine(cluster: ClusterConfig, tp: int | None = None) -> InstanceEngin
     """A fresh engine for one instance of ``cluster`` (TP ``tp``, default the cluster's)."""
     degree = tp or cluster.tp
     model = _time_model(
-        cluster.profile, _dir(cluster.profile_dir), degree, cluster.step_overhead_s, cluster.max_num_seqs
+        cluster.profile,
+        _dir(cluster.profile_dir),
+        _dir(cluster.hf_config),
+        degree,
+        cluster.step_overhead_s,
+        cluster.max_num_seqs,
     )
     config = EngineConfig(
         kv_capacity_tokens=kv_capacity_tokens(cluster, degree),
@@ -127,5 +132,5 @@ class TransferModel:
     def for_cluster(cls, cluster: ClusterConfig, tp: int | None = None) -> TransferModel:
         """The transfer model of ``cluster``'s network and model."""
         degree = tp or cluster.tp
-        profile = load_profile(cluster.profile, _dir(cluster.profile_dir))
+        profile = load_profile(cluster.profile, _dir(cluster.profile_dir), _dir(cluster.hf_config))
         return cls(cluster.network, profile.model.kv_bytes_per_token(degree), degree)
