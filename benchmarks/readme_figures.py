@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script, or imported from tests
-from summary import RAW, RESULTS, TARGETS, _num
+from summary import RAW, RESULTS, TARGETS, _num, target_met
 
 __all__ = ["BEGIN", "END", "README", "figures_table", "sync_readme"]
 
@@ -49,9 +49,7 @@ def _verdict(fragment: str, metric: str, config: str, fig: dict[str, Any]) -> st
     """``met`` / ``**missed**`` against the target :data:`summary.TARGETS` sets for this figure."""
     for prefix, t_metric, t_config, stat, op, limit, _label in TARGETS:
         if fragment.startswith(prefix) and metric == t_metric and config.startswith(t_config):
-            value = fig[stat]
-            ok = {"<": value < limit, "<=": value <= limit, ">=": value >= limit}[op]
-            return "met" if ok else "**missed**"
+            return "met" if target_met(op, fig[stat], limit) else "**missed**"
     raise FiguresError(f"no target for {fragment} {metric!r} {config!r} in benchmarks/summary.py")
 
 
