@@ -3,7 +3,7 @@
 
 The live stack listens on free ports, so the documented addresses in the file (router 8000, instances
 8100-8102, controller 9464) are replaced by the live ones and its ``runs/`` paths by a temporary folder; nothing
-else is changed. The Kubernetes example is checked to load (it cannot run here).
+else is changed. The Kubernetes example cannot run here; ``tests/controller/test_config_daemon.py`` loads it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.config import load_config
 from tests.controller.harness import free_port
 from tests.router.cluster import ADMIN_TOKEN, live_cluster
 
@@ -86,8 +85,3 @@ async def test_the_shipped_example_ticks_against_a_live_router(tmp_path: Path) -
     audit = [json.loads(line) for line in (tmp_path / "runs" / "controller" / "audit.jsonl").read_text().splitlines()]
     assert audit, "the tick left no audit record"
     assert proc.returncode == 0, log_path.read_text(errors="replace")[-3000:]
-
-
-def test_the_kubernetes_example_loads() -> None:
-    config = load_config(EXAMPLES / "controller-kubernetes.yaml")
-    assert {a.kind for a in config.actuators} == {"router", "kubernetes"}
