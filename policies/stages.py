@@ -10,11 +10,14 @@ cluster with nothing but Prometheus.
 Caveats a reader of the instance metrics must know (vLLM behaviour, not choices of pdctl):
 
 * vLLM records a pulled request as *scheduled* only after its KV arrived, so ``vllm:request_queue_time_seconds``
-  on a decode instance includes the whole KV wait (pack, transfer, unpack) of remote legs. The decode queue
-  wait proper is that queue time minus the NIXL post and transfer times (:data:`DECODE_QUEUE_DERIVED_PROMQL`).
-* vLLM has no metric for the unpack (layout conversion after the read, only when the two TP degrees
-  differ): it is charged to the decode instance's queue time, so the dashboard shows it inside the derived
-  decode-queue panel, never as a separate number it cannot have.
+  on a decode instance includes the whole KV wait of remote legs. The decode queue wait proper is that queue
+  time minus the NIXL read's duration (:data:`DECODE_QUEUE_DERIVED_PROMQL`).
+* ``vllm:nixl_xfer_time_seconds`` is the read's whole duration, from its post to its completion: it contains
+  the post time (``vllm:nixl_post_time_seconds``, the pack) and, in pdctl's model, the unpack. vLLM has no
+  metric for the unpack (the layout conversion when the two TP degrees differ); on a real instance a
+  conversion done after the read completes lands in the queue time instead. The simulator and the emulator
+  model the unpack as long as the pack, and observe the read's duration the same way
+  (``env/sim/kv_transfers.py``, ``livestack/emulator/server.py``).
 * The NIXL transfer metrics are observed by the instance that issues the read, the **decode** instance
   (pull mode); the prefill instance exposes none of them.
 """
@@ -68,17 +71,20 @@ STAGE_SOURCES: tuple[StageSource, ...] = (
     StageSource(
         "kv_cache_pack_time", False, "",
         "vllm:nixl_post_time_seconds", "decode",
-        "preparing and posting the KV read on the decode instance (layout conversion when the TP degrees differ)",
+        "preparing and posting the KV read on the decode instance (the layout conversion when the TP degrees "
+        "differ; 0 in the model when they match)",
     ),
     StageSource(
         "kv_cache_transfer_time", False, "",
         "vllm:nixl_xfer_time_seconds", "decode",
-        "duration of each completed NIXL read (setup and bytes over the link), observed by the decode instance",
+        "duration of each completed NIXL read, post to completion (pack, setup, bytes over the link, unpack), "
+        "observed by the decode instance",
     ),
     StageSource(
         "kv_cache_unpack_time", False, "",
-        "vllm:request_queue_time_seconds", "decode",
-        "no vLLM metric of its own: charged to the decode instance's queue time (see DECODE_QUEUE_DERIVED_PROMQL)",
+        "vllm:nixl_xfer_time_seconds", "decode",
+        "no vLLM metric of its own: inside the read's duration (the model makes it as long as the pack, "
+        "vllm:nixl_post_time_seconds); a real instance may charge it to its queue time instead",
     ),
     StageSource(
         "decode_queue_wait", False, "",
@@ -105,12 +111,11 @@ ROUTER_TIMED_STAGES: tuple[str, ...] = tuple(s.stage for s in STAGE_SOURCES if s
 
 DECODE_QUEUE_DERIVED_PROMQL = (
     "(sum by (instance_id) (rate(vllm:request_queue_time_seconds_sum[W])) "
-    "- sum by (instance_id) (rate(vllm:nixl_post_time_seconds_sum[W])) "
     "- sum by (instance_id) (rate(vllm:nixl_xfer_time_seconds_sum[W]))) "
     "/ sum by (instance_id) (rate(vllm:request_queue_time_seconds_count[W]))"
 )
-"""Per decode instance, mean seconds per request spent queued *after* its KV was posted and read: the decode
-queue wait plus the unpack (vLLM cannot split the two). ``W`` is the rate window."""
+"""Per decode instance, mean seconds per request spent queued outside the KV read: the decode queue wait (plus,
+on a real instance, an unpack done after the read completes). ``W`` is the rate window."""
 
 if tuple(s.stage for s in STAGE_SOURCES) != STAGES:  # pragma: no cover - a guard on the table above
     raise RuntimeError("STAGE_SOURCES must list policies.schema.STAGES in order")

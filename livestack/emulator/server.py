@@ -327,12 +327,10 @@ class EmulatedInstance:
                 m.nixl_num_failed_transfers.inc()
                 m.request_success["error"].inc()
                 return "KV transfer from the prefill instance failed (kv_load_failure_policy=fail)"
-            # the pull's stages as modelled (docs/design.md, policies.stages): the pack (layout conversion before
-            # the flow) is the read's post time, the flow (setup, bytes, any injected delay) its transfer time;
-            # the unpack after it has no vLLM metric and stays inside the queue time, as in vLLM
-            layout_s = self.transfer.layout_s(pulled, remote_tp)
-            m.nixl_xfer_time.observe(max(wait_s - 2 * layout_s, 0.0))
-            m.nixl_post_time.observe(layout_s)
+            # the read as modelled (policies.stages): its whole duration (pack, setup, flow, injected delay,
+            # unpack), as the simulator observes it, and its post time, the pack (0 when both TP degrees match)
+            m.nixl_xfer_time.observe(wait_s)
+            m.nixl_post_time.observe(self.transfer.layout_s(pulled, remote_tp))
             m.nixl_bytes_transferred.observe(self.transfer.num_bytes(pulled))
             m.nixl_num_descriptors.observe(max(-(-pulled // self.settings.block_size), 1) * 2)
             m.external_prefix_cache_hits.inc(pulled)
