@@ -3,16 +3,18 @@
 ``PUT /admin/policy`` validates the document with the policy-file loader (:func:`policies.policy_file.load_policy_data`)
 and resolver; ``PUT /admin/roles`` validates every instance id and role before changing anything. A malformed
 body is answered ``400 {"error": {"message", "field"}}`` with the dotted path of the field, and nothing changes.
-A missing or wrong token is ``401``. A policy write is compare-and-set on ``generation``: one that names a
-generation not newer than the one the router holds is ``409`` (``current_generation`` in the error), so of two
-writers that read the same state only the first wins; a write without a generation gets the next one. Role
-writes are compare-and-set the same way on their own counter, ``roles_generation`` (in ``GET /admin/state``), so a
-writer that decided moves on a stale reading of the roles is refused rather than moving instances twice.
+A missing or wrong token is ``401``, logged (method, path, reason, peer; never the token). A policy write is
+compare-and-set on ``generation``: one that names a generation not newer than the one the router holds is ``409``
+(``current_generation`` in the error), so of two writers that read the same state only the first wins; a write
+without a generation gets the next one. Role writes are compare-and-set the same way on their own counter,
+``roles_generation`` (in ``GET /admin/state``), so a writer that decided moves on a stale reading of the roles is
+refused rather than moving instances twice.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +26,8 @@ from router.limits import BodyError, parse_json
 from router.registry import InstanceRegistry, Role
 
 __all__ = ["AdminApi", "PolicyState", "document_of", "policy_state_from"]
+
+_log = logging.getLogger("pdctl.router")
 
 
 def document_of(policy: PolicyFile) -> dict[str, Any]:
@@ -117,8 +121,15 @@ class AdminApi:
         scheme, _, credential = header.partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(credential.strip().encode(), self._token.encode())
 
-    @staticmethod
-    def _unauthorized() -> web.Response:
+    def _unauthorized(self, request: web.Request) -> web.Response:
+        """401, and one log line saying which call was refused, why and from where (never the token)."""
+        if not self._token:
+            reason = "no admin token is configured"
+        elif "Authorization" not in request.headers:
+            reason = "no Authorization header"
+        else:
+            reason = "wrong or malformed bearer token"
+        _log.warning("admin %s %s refused (401): %s; from %s", request.method, request.path, reason, request.remote)
         return web.json_response(
             {"error": {"message": "missing or wrong admin bearer token", "field": "Authorization"}},
             status=401,
@@ -148,13 +159,13 @@ class AdminApi:
     async def get_state(self, request: web.Request) -> web.Response:
         """``GET /admin/state``."""
         if not self._authorized(request):
-            return self._unauthorized()
+            return self._unauthorized(request)
         return web.json_response(self.state())
 
     async def put_policy(self, request: web.Request) -> web.Response:
         """``PUT /admin/policy``: validate, then swap atomically."""
         if not self._authorized(request):
-            return self._unauthorized()
+            return self._unauthorized(request)
         try:
             new_state = self._parse_policy(await self._json_object(request))
         except _BadRequest as exc:
@@ -185,7 +196,7 @@ class AdminApi:
     async def put_roles(self, request: web.Request) -> web.Response:
         """``PUT /admin/roles``: validate every entry, then change roles (busy instances drain first)."""
         if not self._authorized(request):
-            return self._unauthorized()
+            return self._unauthorized(request)
         try:
             body = await self._json_object(request)
             for key in body:

@@ -92,6 +92,15 @@ class TransferModel:
         net = self.network if start_s is None else self.network.at(start_s)
         return net.setup_latency_s
 
+    def layout_s(self, num_tokens: int, remote_tp: int | None = None) -> float:
+        """Seconds of one layout conversion (the pack before the flow, and again the unpack after it).
+
+        Zero when the prefill instance's TP degree ``remote_tp`` is this instance's (no conversion).
+        """
+        if num_tokens <= 0 or remote_tp is None or remote_tp == self.tp:
+            return 0.0
+        return self.num_bytes(num_tokens) / self.network.layout_bandwidth_bytes_per_s
+
     def duration_s(self, num_tokens: int, remote_tp: int | None = None, start_s: float | None = None) -> float:
         """Seconds to pull ``num_tokens`` tokens from a prefill instance of TP ``remote_tp``.
 
@@ -104,9 +113,7 @@ class TransferModel:
             return 0.0
         net = self.network
         size = self.num_bytes(num_tokens)
-        layout_s = 0.0
-        if remote_tp is not None and remote_tp != self.tp:
-            layout_s = size / net.layout_bandwidth_bytes_per_s
+        layout_s = self.layout_s(num_tokens, remote_tp)
         if start_s is None or not self._changes:
             seconds = net.setup_latency_s + size / net.link_bandwidth_bytes_per_s
             return seconds + 2 * layout_s if layout_s else seconds
