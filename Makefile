@@ -20,7 +20,7 @@ PYTEST := $(PYTHON) -m pytest
 CONSTRAINTS := requirements/constraints.txt
 DEFAULT_MARKERS := not slow and not benchmark and not train and not chaos
 
-.PHONY: venv install install-dev lock test test-all check lint format type imports bench chaos demo clean
+.PHONY: venv install install-dev lock test test-all check lint format type imports bench chaos docs demo clean
 
 venv:
 ifdef CREATE_VENV
@@ -69,10 +69,16 @@ imports:
 
 bench: install-dev
 	PYTHONHASHSEED=0 $(PYTEST) -m benchmark -q -s benchmarks tests
+	$(PYTHON) benchmarks/readme_figures.py
 
 ## The chaos suite; writes benchmarks/results/chaos.{md,json} (an ordinary test run never does: it needs the variable).
 chaos: install-dev
 	PDCTL_CHAOS_RESULTS=benchmarks/results PYTHONHASHSEED=0 $(PYTEST) -m chaos -q
+	$(PYTHON) benchmarks/readme_figures.py
+
+## The README's benchmark figures, regenerated from benchmarks/results (never typed by hand).
+docs:
+	$(PYTHON) benchmarks/readme_figures.py
 
 demo: install
 	$(PYTHON) -m pdctl demo

@@ -159,8 +159,9 @@ class PretrainConfig(_Strict):
     expert: Literal["best_teacher", "lookahead", "policy"] = "best_teacher"
     """``best_teacher``: imitate the best teacher per scenario; ``lookahead``: the receding-horizon expert over all
     teachers and the best static grid configurations (:func:`agents.pretrain.lookahead_episode`); ``policy``: the
-    one policy spec in ``teachers`` labels every interval (``layout.kind: set`` only, e.g. ``mpc:4``;
-    :mod:`agents.set_imitation`)."""
+    policy specs in ``teachers`` label every interval of the family's training scenarios (``layout.kind: set``
+    only): one labels them all (e.g. ``mpc:4``), several each label the scenarios they are best on over the whole
+    episode (:mod:`agents.set_imitation`, :mod:`agents.warm_start`)."""
     family_scenarios: Annotated[int, Field(ge=1, le=1000)] = 24
     """``expert: policy``: the first so many scenarios of the family's training split are labelled."""
     horizon_intervals: Annotated[int, Field(ge=1, le=120)] = 12
@@ -188,8 +189,8 @@ class PretrainConfig(_Strict):
 
     @model_validator(mode="after")
     def _expert_options(self) -> PretrainConfig:
-        if self.expert == "policy" and len(self.teachers) != 1:
-            raise ValueError("teachers: expert: policy takes exactly one policy spec (the teacher)")
+        if len(set(self.teachers)) != len(self.teachers):
+            raise ValueError(f"teachers: repeated policy specs in {self.teachers}")
         if self.expert != "lookahead":
             used = {
                 "dagger_iterations": self.dagger_iterations > 0 and self.expert != "policy",

@@ -15,14 +15,14 @@ another scenario set. Numbers a caller types are not accepted anywhere. The ``ga
 :func:`list_policies` to display; the gate never reads them. A refusal raises :class:`PromotionRefused` with the
 numbers.
 
-The tracking URI defaults to a SQLite file under ``./data/mlflow`` (embedded default); ``MLFLOW_TRACKING_URI``
-or an explicit URI selects a server.
+The tracking URI defaults to the embedded SQLite registry, ``$PDCTL_DATA_DIR/mlflow/mlflow.db`` (``./data/mlflow``;
+:mod:`policies.data_dir`, the one definition every part uses); ``MLFLOW_TRACKING_URI`` or an explicit URI selects a
+server.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -42,10 +42,11 @@ from agents.gate import (
     policy_spec_for,
     utc_now,
 )
+from policies.data_dir import embedded_tracking_db
+from policies.data_dir import tracking_uri as resolve_tracking_uri
 from policies.policy_file import PolicyFileError, load_policy_file, resolve_policy
 
 __all__ = [
-    "DEFAULT_TRACKING_DIR",
     "PromotionRefused",
     "RegisteredPolicy",
     "RegistryError",
@@ -59,7 +60,6 @@ __all__ = [
     "training_evidence",
 ]
 
-DEFAULT_TRACKING_DIR = Path("data") / "mlflow"
 GOODPUT_TAG = "gate.goodput"
 BASELINE_TAG = "gate.best_baseline_goodput"
 SCENARIO_SET_TAG = "gate.scenario_set_sha256"
@@ -89,14 +89,15 @@ class RegisteredPolicy:
 
 
 def default_tracking_uri(tracking_uri: str | None = None) -> str:
-    """``tracking_uri``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///data/mlflow/mlflow.db``."""
-    if tracking_uri:
-        return tracking_uri
-    env = os.environ.get("MLFLOW_TRACKING_URI")
-    if env:
-        return env
-    DEFAULT_TRACKING_DIR.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{(DEFAULT_TRACKING_DIR / 'mlflow.db').resolve()}"
+    """``tracking_uri``, else ``MLFLOW_TRACKING_URI``, else the embedded registry (:mod:`policies.data_dir`).
+
+    The embedded registry's folder is created, so that MLflow can create the file.
+    """
+    uri = resolve_tracking_uri(tracking_uri)
+    embedded = embedded_tracking_db()
+    if uri == f"sqlite:///{embedded}":
+        embedded.parent.mkdir(parents=True, exist_ok=True)
+    return uri
 
 
 def _client(tracking_uri: str | None):  # type: ignore[no-untyped-def]

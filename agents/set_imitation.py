@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agents.harness import weighted_goodput_rps
+from agents.harness import RunSpec, run_one, weighted_goodput_rps
 from agents.lookahead import respect_masks
 from agents.policy_specs import make_policy
 from agents.pretrain import Demonstrations
@@ -39,7 +39,14 @@ from policies.schema import ControlAction
 from policies.set_codec import HOLD, SetActionCodec
 from policies.set_features import SetLayout, build_set_observation
 
-__all__ = ["SetDemoEpisode", "SetDemoTask", "collect_set_demonstrations", "set_demo_episode"]
+__all__ = [
+    "SetDemoEpisode",
+    "SetDemoTask",
+    "TeacherChoice",
+    "best_teacher_per_scenario",
+    "collect_set_demonstrations",
+    "set_demo_episode",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,3 +143,39 @@ def collect_set_demonstrations(
     else:
         episodes = [set_demo_episode(task) for task in tasks]
     return Demonstrations.concatenate([e.demonstrations for e in episodes]), episodes
+
+
+@dataclass(frozen=True, slots=True)
+class TeacherChoice:
+    """The teacher chosen for one training scenario, and every candidate's weighted goodput there."""
+
+    scenario_path: str
+    teacher: str
+    weighted_goodput_rps: dict[str, float]
+
+
+def _candidate_score(spec: RunSpec) -> float:
+    rows = run_one(spec).rows
+    return float(next(r for r in rows if r["tenant"] == "ALL")["weighted_goodput_rps"])
+
+
+def best_teacher_per_scenario(
+    scenario_paths: Sequence[str], teachers: Sequence[str], seed: int, workers: int = 2
+) -> list[TeacherChoice]:
+    """Per training scenario, the teacher with the highest weighted goodput over the whole episode on ``seed``.
+
+    The choice is made in hindsight (the teacher that turned out best on that scenario), which is fine for labels
+    only: the student sees the observations, never the choice, and must learn which behaviour the situation calls
+    for. Ties go to the earlier teacher in ``teachers``.
+    """
+    specs = [RunSpec(teacher, path, seed) for path in scenario_paths for teacher in teachers]
+    if workers > 1 and len(specs) > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            scores = list(pool.map(_candidate_score, specs))
+    else:
+        scores = [_candidate_score(spec) for spec in specs]
+    choices = []
+    for index, path in enumerate(scenario_paths):
+        row = scores[index * len(teachers) : (index + 1) * len(teachers)]
+        choices.append(TeacherChoice(path, teachers[int(np.argmax(row))], dict(zip(teachers, row, strict=True))))
+    return choices

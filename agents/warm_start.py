@@ -5,9 +5,10 @@ Three sources of labels (``pretrain.expert``):
 * ``best_teacher`` — the best of the teacher rules per training scenario (:func:`agents.pretrain.choose_teachers`);
 * ``lookahead`` — the clairvoyant lookahead expert over the teachers and the best static grid points
   (:mod:`agents.lookahead`, slot layouts): it may label, it never ships;
-* ``policy`` — one teacher policy spec (``layout.kind: set``; ``mpc:H``, the model-predictive controller that does
-  not look ahead, is the one meant) on the first ``family_scenarios`` scenarios of the family's training split
-  (:mod:`agents.set_imitation`).
+* ``policy`` — teacher policy specs (``layout.kind: set``) on the first ``family_scenarios`` scenarios of the
+  family's training split (:mod:`agents.set_imitation`): one teacher labels every scenario (``mpc:H``, the
+  model-predictive controller that does not look ahead, or one rule); with several, each scenario's best teacher
+  over its episode labels it (a hindsight choice, allowed for labels only).
 
 Labels, losses and the teachers' own goodput go to MLflow and to files in the output folder.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,7 @@ from agents.pretrain import (
     collect_lookahead_demonstrations,
     with_candidate_scores,
 )
-from agents.set_imitation import SetDemoTask, collect_set_demonstrations
+from agents.set_imitation import SetDemoTask, best_teacher_per_scenario, collect_set_demonstrations
 from agents.set_training import family_split_paths
 from policies.features import ObservationLayout
 
@@ -166,28 +168,33 @@ def _lookahead_demonstrations(
 
 
 def _set_demonstrations(config: ExperimentConfig, out: Path, *, round_index: int, driver: str | None) -> Demonstrations:
-    """The teacher policy's labels on the family's first training scenarios and every pretrain seed."""
+    """Teacher labels on the family's first training scenarios and every pretrain seed.
+
+    With one teacher it labels every scenario; with several, each scenario's best teacher over its whole episode on
+    the first pretrain seed does (chosen once, in hindsight: it labels, it never acts at evaluation), so the student
+    learns which rule's behaviour each situation calls for.
+    """
     assert config.pretrain is not None
     pretrain = config.pretrain
     workers = pretrain.workers or os.cpu_count() or 1
     layout = config.layout.to_set_layout()
-    paths = family_split_paths(config, out / "pretrain-scenarios", "train", pretrain.family_scenarios)
-    tasks = [
-        SetDemoTask(str(path), seed, pretrain.teachers[0], layout, driver) for path in paths for seed in pretrain.seeds
-    ]
+    paths = [str(p) for p in family_split_paths(config, out / "pretrain-scenarios", "train", pretrain.family_scenarios)]
+    teacher_of = _scenario_teachers(paths, pretrain.teachers, pretrain.seeds[0], workers, out)
+    tasks = [SetDemoTask(path, seed, teacher_of[path], layout, driver) for path in paths for seed in pretrain.seeds]
     demos, episodes = collect_set_demonstrations(tasks, workers=workers)
     summary: dict[str, Any] = {
         "round": round_index,
-        "teacher": pretrain.teachers[0],
+        "teachers": pretrain.teachers,
         "driver": driver,
         "episodes": [
             {
                 "scenario": e.scenario,
                 "seed": e.seed,
+                "teacher": task.teacher,
                 "weighted_goodput_rps": e.weighted_goodput_rps,
                 "teacher_s_per_interval": e.teacher_s_per_interval,
             }
-            for e in episodes
+            for task, e in zip(tasks, episodes, strict=True)
         ],
     }
     name = f"pretrain_set_round{round_index}.json"
@@ -196,3 +203,17 @@ def _set_demonstrations(config: ExperimentConfig, out: Path, *, round_index: int
     key = "pretrain/teacher_weighted_goodput_rps" if driver is None else "pretrain/student_weighted_goodput_rps"
     mlflow.log_metric(key, float(np.mean([e.weighted_goodput_rps for e in episodes])), step=round_index)
     return demos
+
+
+def _scenario_teachers(paths: list[str], teachers: list[str], seed: int, workers: int, out: Path) -> dict[str, str]:
+    """Each scenario's teacher: the only one, or the best per scenario (computed once, kept in the output folder)."""
+    if len(teachers) == 1:
+        return dict.fromkeys(paths, teachers[0])
+    cache = out / "pretrain_set_teachers.json"
+    if cache.exists():
+        return {row["scenario_path"]: row["teacher"] for row in json.loads(cache.read_text())}
+    choices = best_teacher_per_scenario(paths, teachers, seed, workers)
+    rows = [asdict(choice) for choice in choices]
+    cache.write_text(json.dumps(rows, indent=1) + "\n")
+    mlflow.log_dict({"seed": seed, "scenarios": rows}, "pretrain_set_teachers.json")
+    return {choice.scenario_path: choice.teacher for choice in choices}

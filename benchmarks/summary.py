@@ -29,6 +29,11 @@ TARGETS = [
 """Targets set by the project's issues; the verdicts below are computed from the measured figures."""
 
 
+def target_met(op: str, value: float, limit: float) -> bool:
+    """Whether ``value`` meets a target ``op limit`` (``op`` one of ``<``, ``<=``, ``>=``)."""
+    return {"<": value < limit, "<=": value <= limit, ">=": value >= limit}[op]
+
+
 def _verdicts(docs: list[dict[str, Any]]) -> list[str]:
     rows = []
     for prefix, metric, config, stat, op, limit, label in TARGETS:
@@ -39,7 +44,7 @@ def _verdicts(docs: list[dict[str, Any]]) -> list[str]:
                 if f["metric"] != metric or not f["config"].startswith(config):
                     continue
                 value = f[stat]
-                ok = {"<": value < limit, "<=": value <= limit, ">=": value >= limit}[op]
+                ok = target_met(op, value, limit)
                 rows.append(
                     f"| {label} | {f['config']} | {stat} {_num(value)} {f['unit']} | {'met' if ok else '**missed**'} |"
                 )

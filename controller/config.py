@@ -252,7 +252,9 @@ class ControllerConfig(BaseSettings):
         default_factory=dict, description="parameters of a peer baseline (e.g. dynamo-throughput's throughputs)"
     )
     mlflow_tracking_uri: str | None = Field(
-        None, description="MLflow tracking URI for registry: policies (default: MLFLOW_TRACKING_URI)"
+        None,
+        description="MLflow tracking URI for registry: policies (default: MLFLOW_TRACKING_URI, else the embedded "
+        "registry $PDCTL_DATA_DIR/mlflow/mlflow.db, ./data/mlflow/mlflow.db)",
     )
     heartbeat_timeout_intervals: Annotated[float, Field(gt=1)] = Field(
         3.0, description="/healthz fails when the last tick is older than this many intervals"

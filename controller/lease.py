@@ -27,10 +27,9 @@ import time
 from pathlib import Path
 
 from controller.config import ControllerConfig, DryRunActuatorConfig, KubernetesActuatorConfig, RouterActuatorConfig
+from policies.data_dir import data_dir
 
 __all__ = ["Lease", "LeaseHeldError", "lease_path"]
-
-DATA_DIR_ENV = "PDCTL_DATA_DIR"
 
 
 class LeaseHeldError(RuntimeError):
@@ -57,7 +56,7 @@ def lease_path(config: ControllerConfig) -> Path | None:
     if config.lease_file is not None:
         return config.lease_file
     digest = hashlib.sha256("\n".join(targets).encode()).hexdigest()[:12]
-    return Path(os.environ.get(DATA_DIR_ENV) or "data") / f"controller-{digest}.lease"
+    return data_dir() / f"controller-{digest}.lease"
 
 
 class Lease:

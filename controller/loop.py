@@ -224,7 +224,7 @@ class ControlLoop:
         await self._refresh_registry_policy(rt)
         self.state.actuators_ready = await self._observe_topology(rt)
         topology = self.state.topology
-        polled = self.watcher.poll(rt.base, generation)
+        polled = self.watcher.poll(rt.base, generation, self.clock.now())
         observed = await rt.source.observe(
             topology, [t.name for t in rt.tenants], [g.name for g in rt.groups], self.clock.now().timestamp()
         )

@@ -5,6 +5,7 @@ Polled at the start of every tick, so a file takes effect within one interval. F
 rename it into place). A file is re-read when its modification time, size or content changes. An invalid
 file is refused with its reason; if an earlier version of the same file was valid, that version stays in
 effect (the running state never changes because of an invalid file). A removed file stops applying.
+Loading, refusing, removing and expiring (given the tick's time) are logged (``pdctl.controller.overrides``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from policies.overrides import Override, load_override
@@ -53,6 +55,7 @@ class OverrideWatcher:
         self.directory = directory
         self._seen: dict[str, _Seen] = {}
         self._base_key: int | None = None
+        self._expired: set[str] = set()  # files whose expiry was logged (until they change or go)
 
     def _files(self) -> list[Path]:
         if self.directory is None or not self.directory.is_dir():
@@ -63,8 +66,12 @@ class OverrideWatcher:
             if p.is_file() and p.suffix in _SUFFIXES and not p.name.startswith(".") and not p.name.endswith("~")
         )
 
-    def poll(self, base: ResolvedPolicy, base_generation: int) -> OverridePoll:
-        """Read new or changed files; resolve everything again when the base policy changed."""
+    def poll(self, base: ResolvedPolicy, base_generation: int, now: datetime | None = None) -> OverridePoll:
+        """Read new or changed files; resolve everything again when the base policy changed.
+
+        With ``now`` (timezone-aware), an override that has expired by then is logged once (it stops applying;
+        the file stays until removed).
+        """
         if base_generation != self._base_key:
             self._seen.clear()
             self._base_key = base_generation
@@ -92,12 +99,27 @@ class OverrideWatcher:
                 _log.warning("override %s refused: %s", path, reason)
                 continue
             self._seen[path.name] = _Seen(signature, override, None)
+            self._expired.discard(path.name)
             _log.info(
                 "override %s loaded: tenants %s, expires %s", path, ",".join(override.tenants), override.expires_at
             )
         for name in set(self._seen) - present:
             del self._seen[name]
+            self._expired.discard(name)
             _log.info("override %s removed", name)
+        if now is not None:
+            self._log_expired(now)
         overrides = tuple(s.override for _, s in sorted(self._seen.items()) if s.override is not None)
         refused = {name: s.reason for name, s in sorted(self._seen.items()) if s.reason is not None}
         return OverridePoll(overrides, refused, tuple(newly_refused))
+
+    def _log_expired(self, now: datetime) -> None:
+        for name, seen in sorted(self._seen.items()):
+            override = seen.override
+            if override is None or override.is_active(now) or name in self._expired:
+                continue
+            self._expired.add(name)
+            _log.info(
+                "override %s expired at %s: tenants %s are back to the running policy (remove the file to tidy up)",
+                name, override.expires_at, ",".join(override.tenants),
+            )  # fmt: skip

@@ -11,7 +11,6 @@ policy and is reported (:attr:`RegistryPolicy.last_error`, metric ``pdctl_contro
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import tempfile
 import threading
@@ -19,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from policies.base import Policy, PolicyContext
+from policies.data_dir import TRACKING_URI_ENV, embedded_tracking_db
+from policies.data_dir import tracking_uri as resolve_tracking_uri
 from policies.features import Observation
 from policies.policy_file import ResolvedPolicy
 from policies.registry import PolicySpecError, layout_problem, load_artifact_dir
@@ -38,26 +39,23 @@ class AliasTarget:
     source: str
 
 
-EMBEDDED_TRACKING_DB = Path("data") / "mlflow" / "mlflow.db"
-"""The embedded default registry (``pdctl train`` / ``pdctl policy register`` write it when no URI is given)."""
-
-
-def tracking_uri_or_default(tracking_uri: str | None) -> str | None:
-    """``tracking_uri``, else ``MLFLOW_TRACKING_URI``, else the embedded SQLite registry when it exists."""
-    if tracking_uri:
-        return tracking_uri
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    if EMBEDDED_TRACKING_DB.is_file():
-        return f"sqlite:///{EMBEDDED_TRACKING_DB.resolve()}"
-    return None
+def tracking_uri_or_default(tracking_uri: str | None) -> str:
+    """``tracking_uri``, else ``MLFLOW_TRACKING_URI``, else the embedded registry (:mod:`policies.data_dir`)."""
+    return resolve_tracking_uri(tracking_uri)
 
 
 def _client(tracking_uri: str | None):  # type: ignore[no-untyped-def]
     from mlflow import MlflowClient
 
     uri = tracking_uri_or_default(tracking_uri)
-    return MlflowClient(tracking_uri=uri) if uri else MlflowClient()
+    embedded = embedded_tracking_db()
+    if uri == f"sqlite:///{embedded}" and not embedded.is_file():
+        # MlflowClient would create an empty registry there; say where the registry was looked for instead
+        raise ValueError(
+            f"no MLflow registry at {embedded} (the default; set {TRACKING_URI_ENV} or mlflow_tracking_uri, or "
+            "register a policy with pdctl train / pdctl policy register first)"
+        )
+    return MlflowClient(tracking_uri=uri)
 
 
 def resolve_alias(uri: str, tracking_uri: str | None = None) -> AliasTarget:
@@ -67,7 +65,7 @@ def resolve_alias(uri: str, tracking_uri: str | None = None) -> AliasTarget:
     if not uri.startswith("models:/"):
         raise ValueError(f"{uri}: expected models:/NAME@ALIAS or models:/NAME/VERSION")
     body = uri.removeprefix("models:/")
-    client = _client(tracking_uri)
+    client = _client(tracking_uri)  # ValueError: no registry where the default says
     try:
         if "@" in body:
             name, alias = body.split("@", 1)
@@ -89,7 +87,7 @@ def _download(target: AliasTarget, tracking_uri: str | None, dst: Path) -> Path:
     try:
         return Path(
             mlflow.artifacts.download_artifacts(
-                artifact_uri=target.source, dst_path=str(dst), tracking_uri=tracking_uri
+                artifact_uri=target.source, dst_path=str(dst), tracking_uri=tracking_uri_or_default(tracking_uri)
             )
         )
     except (MlflowException, OSError) as exc:

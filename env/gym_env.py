@@ -221,7 +221,7 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
         self._traces_dir = traces_dir
         self._overrides: tuple[Override, ...] = tuple(overrides)
         self.wall_start = wall_start
-        self._profiles: dict[tuple[str, str], OperatorProfile] = {}
+        self._profiles: dict[tuple[str, str, str], OperatorProfile] = {}
         self._workloads: OrderedDict[tuple[int, int], dict[str, RequestColumns]] = OrderedDict()
         self._set_scenario(resolve_scenario(scenario, traces_dir))
         self._sim: ClusterSimulator | None = None
@@ -278,7 +278,7 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def _profile(self) -> OperatorProfile:
         cluster = self.scenario.cluster
-        key = (cluster.profile, str(cluster.profile_dir))
+        key = (cluster.profile, str(cluster.profile_dir), str(cluster.hf_config))
         if key not in self._profiles:
             self._profiles[key] = load_profile(self.scenario)
         return self._profiles[key]

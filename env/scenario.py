@@ -180,6 +180,11 @@ class ClusterConfig(_Strict):
 
     profile: str = Field(default="h200-llama3-8b", description="Performance profile <dir>-<model>.")
     profile_dir: Path | None = Field(default=None, description="A measurement directory instead of the shipped one.")
+    hf_config: Path | None = Field(
+        default=None,
+        description="Hugging Face config.json of the model (with profile_dir: any Llama-shaped model; profile names "
+        "its model column).",
+    )
     tp: Annotated[int, Field(ge=1, le=64)] = Field(default=1, description="TP degree of decode/aggregated instances.")
     prefill_tp: Annotated[int, Field(ge=1, le=64)] | None = Field(default=None, description="TP of prefill instances.")
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9

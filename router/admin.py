@@ -3,14 +3,18 @@
 ``PUT /admin/policy`` validates the document with the policy-file loader (:func:`policies.policy_file.load_policy_data`)
 and resolver; ``PUT /admin/roles`` validates every instance id and role before changing anything. A malformed
 body is answered ``400 {"error": {"message", "field"}}`` with the dotted path of the field, and nothing changes.
-A missing or wrong token is ``401``. A policy write is compare-and-set on ``generation``: one that names a
-generation not newer than the one the router holds is ``409`` (``current_generation`` in the error), so of two
-writers that read the same state only the first wins; a write without a generation gets the next one.
+A missing or wrong token is ``401``, logged (method, path, reason, peer; never the token). A policy write is
+compare-and-set on ``generation``: one that names a generation not newer than the one the router holds is ``409``
+(``current_generation`` in the error), so of two writers that read the same state only the first wins; a write
+without a generation gets the next one. Role writes are compare-and-set the same way on their own counter,
+``roles_generation`` (in ``GET /admin/state``), so a writer that decided moves on a stale reading of the roles is
+refused rather than moving instances twice.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +26,8 @@ from router.limits import BodyError, parse_json
 from router.registry import InstanceRegistry, Role
 
 __all__ = ["AdminApi", "PolicyState", "document_of", "policy_state_from"]
+
+_log = logging.getLogger("pdctl.router")
 
 
 def document_of(policy: PolicyFile) -> dict[str, Any]:
@@ -57,6 +63,29 @@ def _bad(exc: _BadRequest) -> web.Response:
     return web.json_response({"error": {"message": exc.message, "field": exc.field, **exc.extra}}, status=exc.status)
 
 
+def _newer_generation(value: object, held: int, state_key: str) -> int:
+    """The generation a write takes: ``value`` when newer than ``held`` (compare-and-set), ``held + 1`` without one.
+
+    Raises:
+        _BadRequest: not a non-negative integer (400), or not newer than ``held`` (409, ``current_generation``).
+    """
+    if value is None:
+        return held + 1
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _BadRequest("generation", f"generation must be an integer, got {value!r}")
+    if value < 0:
+        raise _BadRequest("generation", "generation must be >= 0")
+    if value <= held:  # compare-and-set: only a newer write wins
+        raise _BadRequest(
+            "generation",
+            f"stale generation {value}: the router holds {state_key} {held} (another writer was first); "
+            f"read GET /admin/state and write again with a newer generation",
+            status=409,
+            current_generation=held,
+        )
+    return value
+
+
 class AdminApi:
     """Handlers of the admin endpoints."""
 
@@ -77,6 +106,7 @@ class AdminApi:
         self._transfer_healthy = transfer_healthy
         self._on_roles_changed = on_roles_changed
         self._max_json_depth = max_json_depth
+        self._roles_generation = 0
 
     def add_routes(self, app: web.Application) -> None:
         """Register the admin routes on ``app``."""
@@ -91,8 +121,15 @@ class AdminApi:
         scheme, _, credential = header.partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(credential.strip().encode(), self._token.encode())
 
-    @staticmethod
-    def _unauthorized() -> web.Response:
+    def _unauthorized(self, request: web.Request) -> web.Response:
+        """401, and one log line saying which call was refused, why and from where (never the token)."""
+        if not self._token:
+            reason = "no admin token is configured"
+        elif "Authorization" not in request.headers:
+            reason = "no Authorization header"
+        else:
+            reason = "wrong or malformed bearer token"
+        _log.warning("admin %s %s refused (401): %s; from %s", request.method, request.path, reason, request.remote)
         return web.json_response(
             {"error": {"message": "missing or wrong admin bearer token", "field": "Authorization"}},
             status=401,
@@ -114,6 +151,7 @@ class AdminApi:
         return {
             "generation": policy.generation,
             "policy": policy.document,
+            "roles_generation": self._roles_generation,
             "instances": self._registry.state(),
             "kv_transfer_healthy": self._transfer_healthy(),
         }
@@ -121,13 +159,13 @@ class AdminApi:
     async def get_state(self, request: web.Request) -> web.Response:
         """``GET /admin/state``."""
         if not self._authorized(request):
-            return self._unauthorized()
+            return self._unauthorized(request)
         return web.json_response(self.state())
 
     async def put_policy(self, request: web.Request) -> web.Response:
         """``PUT /admin/policy``: validate, then swap atomically."""
         if not self._authorized(request):
-            return self._unauthorized()
+            return self._unauthorized(request)
         try:
             new_state = self._parse_policy(await self._json_object(request))
         except _BadRequest as exc:
@@ -139,20 +177,7 @@ class AdminApi:
         for key in body:
             if key not in ("generation", "policy"):
                 raise _BadRequest(key, "unknown key (expected 'generation' and 'policy')")
-        generation = body.get("generation")
-        if generation is not None and (isinstance(generation, bool) or not isinstance(generation, int)):
-            raise _BadRequest("generation", f"generation must be an integer, got {generation!r}")
-        if generation is not None and generation < 0:
-            raise _BadRequest("generation", "generation must be >= 0")
-        held = self._get_policy().generation
-        if generation is not None and generation <= held:  # compare-and-set: only a newer write wins
-            raise _BadRequest(
-                "generation",
-                f"stale generation {generation}: the router holds generation {held} (another writer was first); "
-                f"read GET /admin/state and write again with a newer generation",
-                status=409,
-                current_generation=held,
-            )
+        next_generation = _newer_generation(body.get("generation"), self._get_policy().generation, "generation")
         if "policy" not in body:
             raise _BadRequest("policy", "policy is required")
         document = body["policy"]
@@ -160,7 +185,6 @@ class AdminApi:
             raise _BadRequest("policy", "policy must be a JSON object (a policy-file document)")
         try:
             parsed = load_policy_data(document, "admin:policy")
-            next_generation = generation if generation is not None else held + 1
             return policy_state_from(parsed, next_generation, "admin:policy")
         except PolicyFileError as exc:
             first = exc.problems[0]
@@ -172,12 +196,13 @@ class AdminApi:
     async def put_roles(self, request: web.Request) -> web.Response:
         """``PUT /admin/roles``: validate every entry, then change roles (busy instances drain first)."""
         if not self._authorized(request):
-            return self._unauthorized()
+            return self._unauthorized(request)
         try:
             body = await self._json_object(request)
             for key in body:
-                if key != "roles":
-                    raise _BadRequest(key, "unknown key (expected 'roles')")
+                if key not in ("generation", "roles"):
+                    raise _BadRequest(key, "unknown key (expected 'generation' and 'roles')")
+            generation = _newer_generation(body.get("generation"), self._roles_generation, "roles_generation")
             roles = body.get("roles")
             if not isinstance(roles, dict):
                 raise _BadRequest("roles", "roles must be an object {instance id: 'prefill' | 'decode'}")
@@ -188,5 +213,6 @@ class AdminApi:
             return _bad(exc)
         checked: dict[str, Role] = {k: ("prefill" if v == "prefill" else "decode") for k, v in roles.items()}
         self._registry.change_roles(checked)
+        self._roles_generation = generation
         self._on_roles_changed()
         return web.json_response(self.state())

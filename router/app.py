@@ -20,7 +20,7 @@ from router.admin import AdminApi, PolicyState, policy_state_from
 from router.config import RouterConfig
 from router.decide import Planner
 from router.estimates import TransferHealth
-from router.flow import UPSTREAM_ERRORS, RequestFlow, prefill_client_timeout
+from router.flow import RECORD_KEY, UPSTREAM_ERRORS, RequestFlow, add_route_headers, prefill_client_timeout
 from router.limits import bounded_input
 from router.registry import InstanceRegistry
 from router.relay import error_body
@@ -90,6 +90,7 @@ class Router:
             client_max_size=max(limits.max_body_bytes, limits.max_admin_body_bytes),
             middlewares=[bounded_input(limits.max_body_bytes, limits.max_admin_body_bytes)],
         )
+        app.on_response_prepare.append(_route_headers)
         app.router.add_post("/v1/completions", self._flow.generate)
         app.router.add_post("/v1/chat/completions", self._flow.generate)
         app.router.add_get("/health", self._health)
@@ -145,3 +146,10 @@ class Router:
             except UPSTREAM_ERRORS:
                 continue
         return web.Response(body=error_body(503, "no decode instance available", "ServiceUnavailableError"), status=503)
+
+
+async def _route_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """Add the route headers to a stream prepared by the request flow (it prepares with its own request)."""
+    rec = request.get(RECORD_KEY)
+    if rec is not None:
+        add_route_headers(response, rec)

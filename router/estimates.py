@@ -16,17 +16,21 @@
 * **KV-transfer health**: outcomes of remote legs (prefill error or timeout, pull failure, pull timeout) over a
   sliding window; unhealthy when at least ``transfer_min_samples`` outcomes are in the window and the failure
   fraction reaches ``transfer_unhealthy_frac``. Unhealthy routes everything local, so no new outcomes arrive;
-  the window then empties and the path is tried again (half-open), which bounds an outage's cost.
+  the window then empties and the path is tried again (half-open), which bounds an outage's cost. The breaker
+  logs (``pdctl.router``, WARNING) when it opens and when it closes.
 """
 
 from __future__ import annotations
 
+import logging
 import zlib
 from collections import OrderedDict, deque
 
 from policies.placement import PrefillRate
 
 __all__ = ["PrefillRate", "PrefixTracker", "TransferHealth", "prefix_blocks"]
+
+_log = logging.getLogger("pdctl.router")
 
 
 def prefix_blocks(text: str, block_chars: int) -> list[int]:
@@ -83,6 +87,7 @@ class TransferHealth:
         self.unhealthy_frac = unhealthy_frac
         self._events: deque[tuple[float, bool]] = deque()
         self._failures = 0
+        self._open = False
 
     def record(self, now_s: float, ok: bool) -> None:
         """Add one remote-path outcome."""
@@ -90,6 +95,7 @@ class TransferHealth:
         if not ok:
             self._failures += 1
         self._trim(now_s)
+        self._judge()
 
     def _trim(self, now_s: float) -> None:
         events = self._events
@@ -102,8 +108,26 @@ class TransferHealth:
     def healthy(self, now_s: float) -> bool:
         """Whether the remote path may be used."""
         self._trim(now_s)
+        return not self._judge()
+
+    def _judge(self) -> bool:
+        """Whether the breaker is open now; logs when it opens or closes (once per change)."""
         n = len(self._events)
-        return n < self.min_samples or self._failures / n < self.unhealthy_frac
+        is_open = n >= self.min_samples and self._failures / n >= self.unhealthy_frac
+        if is_open != self._open:
+            self._open = is_open
+            if is_open:
+                _log.warning(
+                    "KV transfer breaker opened: %d of the last %d remote requests in %.0f s failed (limit %.0f %%); "
+                    "new requests are served with local prefill until the window clears",
+                    self._failures, n, self.window_s, 100 * self.unhealthy_frac,
+                )  # fmt: skip
+            else:
+                _log.warning(
+                    "KV transfer breaker closed: %d of %d remote requests in the last %.0f s failed; remote prefill "
+                    "resumes", self._failures, n, self.window_s,
+                )  # fmt: skip
+        return is_open
 
     def failure_frac(self, now_s: float) -> float | None:
         """Failure fraction in the window (None when empty)."""

@@ -49,11 +49,34 @@ from router.request import FlowRequest, completion_tokens, json_error
 from router.resume import StreamTranscript
 from router.telemetry import RequestLog, RequestRecord, RouterMetrics
 
-__all__ = ["UPSTREAM_ERRORS", "RequestFlow", "prefill_client_timeout"]
+__all__ = [
+    "RECORD_KEY",
+    "ROUTE_HEADER",
+    "ROUTE_REASON_HEADER",
+    "UPSTREAM_ERRORS",
+    "RequestFlow",
+    "add_route_headers",
+    "prefill_client_timeout",
+]
 
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+RECORD_KEY = web.RequestKey("pdctl_record", RequestRecord)
+"""Where a generation request keeps its :class:`RequestRecord` (``request[RECORD_KEY]``)."""
+ROUTE_HEADER = "X-Pdctl-Route"
+ROUTE_REASON_HEADER = "X-Pdctl-Route-Reason"
 UPSTREAM_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 """What a call to an instance raises when the instance cannot be reached or does not answer in time."""
+
+
+def add_route_headers(response: web.StreamResponse, rec: RequestRecord) -> None:
+    """Tell the client where its prompt was prefilled and why (``X-Pdctl-Route``, ``X-Pdctl-Route-Reason``).
+
+    The values are the record's when the response starts: a remote decision that fell back to local prefill
+    before the first byte reads ``local_prefill`` with the decision's reason (the request log's ``fallback``
+    field names the fallback).
+    """
+    response.headers[ROUTE_HEADER] = rec.route
+    response.headers[ROUTE_REASON_HEADER] = rec.reason
 
 
 class _DecodeFailed(Exception):
@@ -150,13 +173,10 @@ class RequestFlow:
         authorization = headers.get("Authorization")
         api_key = authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else None
         counted = await self._count_tokens(body) if self._tokenize_remotely else None
-        plan = self.planner.plan(
-            body, self._policy().resolved, request_id, headers.get("X-Tenant-Id"), api_key, arrival, counted
-        )
+        resolved = self._policy().resolved
+        plan = self.planner.plan(body, resolved, request_id, headers.get("X-Tenant-Id"), api_key, arrival, counted)
         if plan is None:  # refused: still a finished request, so that the outcome counters match the clients
-            tenant = self._policy().resolved.identify_tenant(
-                headers.get("X-Tenant-Id"), api_key, str(body.get("model") or "")
-            )
+            tenant = resolved.identify_tenant(headers.get("X-Tenant-Id"), api_key, str(body.get("model") or ""))
             self.metrics.requests.labels(tenant, "none", "error").inc()
             return json_error(503, "no decode instance available", "ServiceUnavailableError")
         f = plan.features
@@ -166,10 +186,15 @@ class RequestFlow:
             f.input_tokens, f.expected_output_tokens, plan.prefix_hit_tokens,
         )  # fmt: skip
         req = FlowRequest(request.path, raw, body, request_id, arrival, authorization, plan, rec)
+        request[RECORD_KEY] = rec  # the route and its reason go out as response headers (router.app)
+        tenant_policy = resolved.tenants.get(f.tenant)
+        slo = tenant_policy.tenant.slo if tenant_policy is not None else None
         self.metrics.decisions.labels(f.tenant, rec.route, rec.reason).inc()
         self.metrics.in_flight.inc()
         try:
             response = await self._serve(request, req)
+            if not response.prepared:  # a stream was prepared with its headers (router.app's hook)
+                add_route_headers(response, rec)
             if req.cut is not None:
                 await self._resume(req)
             return response
@@ -182,7 +207,7 @@ class RequestFlow:
             self.metrics.in_flight.dec()
             if rec.e2e_s is None:
                 rec.e2e_s = self._now() - arrival
-            self.metrics.record(rec)
+            self.metrics.record(rec, slo)
             if self.log is not None:
                 self.log.write(rec)
 

@@ -13,8 +13,16 @@ Stages the router observes (docs/design.md names), measured on the router's cloc
     mean gap between stream events after the first (TPOT as the client sees it).
 
 ``kv_cache_pack_time``, ``kv_cache_transfer_time``, ``kv_cache_unpack_time`` and ``decode_queue_wait`` happen
-inside the instances and are not visible to a router speaking vLLM's protocol; they are absent from router
-records (read ``vllm:nixl_xfer_time_seconds`` and ``vllm:request_queue_time_seconds`` on decode instances).
+inside the instances and reach a router speaking vLLM's protocol only as part of the decode leg's wait for its
+first byte; they are absent from router records and read per instance from vLLM's own metrics
+(:data:`policies.stages.STAGE_SOURCES` names the metric of every stage).
+
+SLO judgement: every successful request is judged against its tenant's objectives in the policy in force
+(:meth:`policies.schema.Slo.ttft_target_s` / :meth:`~policies.schema.Slo.tpot_target_s`, the rule of
+:func:`policies.scoring.meets_slo`) and counted in ``pdctl_router_slo_met_total{tenant,route}`` when it met
+them; the controller's window attainment is that counter over the successful requests of
+``pdctl_router_requests_total``. The child of a tenant is created at 0 by its first successful request, so a
+tenant that meets nothing reads 0, not unknown.
 
 All observation happens after a request ends, off the stream path. The JSONL writer buffers lines and is
 flushed by :meth:`RequestLog.flush` (the app flushes once a second and on shutdown).
@@ -29,9 +37,10 @@ from typing import IO, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from policies.schema import STAGES
+from policies.schema import STAGES, Slo
+from policies.scoring import meets_slo
 
-__all__ = ["STAGES", "RequestLog", "RequestRecord", "RouterMetrics"]
+__all__ = ["STAGES", "RequestLog", "RequestRecord", "RouterMetrics", "judge_slo"]
 
 
 _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
@@ -67,6 +76,8 @@ class RequestRecord:
     tpot_s: float | None = None
     e2e_s: float | None = None
     stages: dict[str, float] = field(default_factory=dict)
+    slo_met: bool | None = None
+    """Whether the request met its tenant's SLO (``None`` until judged; a failed request never meets it)."""
 
     def to_json(self) -> str:
         """The record as one JSON line (no newline)."""
@@ -91,6 +102,7 @@ class RequestRecord:
                 "tpot_s": self.tpot_s,
                 "e2e_s": self.e2e_s,
                 "stages": self.stages,
+                "slo_met": self.slo_met,
             },
             separators=(",", ":"),
         )
@@ -150,6 +162,10 @@ class RouterMetrics:
         self.prompt_tokens = Counter(
             "pdctl_router_prompt_tokens", "Estimated prompt tokens routed.", ("tenant", "route"), registry=registry
         )
+        self.slo_met = Counter(
+            "pdctl_router_slo_met", "Successful requests within their tenant's TTFT and TPOT objectives.", tr,
+            registry=registry,
+        )  # fmt: skip
         self.generation_tokens = Counter(
             "pdctl_router_generation_tokens", "Output tokens relayed.", ("tenant", "route"), registry=registry
         )
@@ -176,9 +192,15 @@ class RouterMetrics:
         )
         self.transfer_healthy.set(1)
 
-    def record(self, rec: RequestRecord) -> None:
-        """Observe a finished request."""
+    def record(self, rec: RequestRecord, slo: Slo | None = None) -> None:
+        """Observe a finished request, judging it against ``slo`` (its tenant's objectives; None: no objective)."""
         tenant, route = rec.tenant, rec.route
+        succeeded = rec.error is None and rec.status < 400
+        rec.slo_met = judge_slo(rec, slo)
+        if succeeded:
+            met = self.slo_met.labels(tenant, route)  # created at 0 by the first success
+            if rec.slo_met:
+                met.inc()
         for stage, seconds in rec.stages.items():
             self.stage.labels(stage, tenant, route).observe(seconds)
         if rec.ttft_s is not None:
@@ -187,10 +209,18 @@ class RouterMetrics:
             self.tpot.labels(tenant, route).observe(rec.tpot_s)
         if rec.e2e_s is not None:
             self.e2e.labels(tenant, route).observe(rec.e2e_s)
-        outcome = "ok" if rec.error is None and rec.status < 400 else "error"
+        outcome = "ok" if succeeded else "error"
         self.requests.labels(tenant, route, outcome).inc()
         self.prompt_tokens.labels(tenant, route).inc(rec.input_tokens)
         self.generation_tokens.labels(tenant, route).inc(rec.output_tokens)
+
+
+def judge_slo(rec: RequestRecord, slo: Slo | None) -> bool:
+    """Whether ``rec`` met ``slo`` (:func:`policies.scoring.meets_slo`; no objective set: met when it succeeded)."""
+    succeeded = rec.error is None and rec.status < 400
+    if slo is None:
+        return succeeded and rec.ttft_s is not None
+    return meets_slo(rec.ttft_s, rec.tpot_s, slo.ttft_target_s(), slo.tpot_target_s(), succeeded=succeeded)
 
 
 class RequestLog:

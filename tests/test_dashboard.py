@@ -193,3 +193,27 @@ def test_every_dashboard_expression_parses(dashboard: dict[str, Any], tmp_path: 
 def test_promtool_check_refuses_a_broken_expression(tmp_path: Path) -> None:
     done = promtool_parse(["sum(rate(pdctl_router_requests_total[1m])"], tmp_path)
     assert done.returncode != 0
+
+
+def test_dashboard_shows_every_stage_from_its_named_sources(dashboard: dict[str, Any]) -> None:
+    """One panel per docs/design.md stage, reading the router's histogram (router-timed stages) and the vLLM
+    metric :data:`policies.stages.STAGE_SOURCES` names for it; the derived decode-queue expression too."""
+    from policies.schema import STAGES
+    from policies.stages import ROUTER_STAGE_METRIC, STAGE_SOURCES
+
+    exported = exported_metric_names()
+    panels = {p.get("title", ""): p for p in _walk_panels(dashboard["panels"])}
+    assert [s.stage for s in STAGE_SOURCES] == list(STAGES)
+    for source in STAGE_SOURCES:
+        titled = [p for title, p in panels.items() if title.endswith(f" {source.stage}")]
+        assert len(titled) == 1, f"no single panel titled after stage {source.stage}"
+        exprs = [plain_promql(t["expr"]) for t in titled[0]["targets"]]
+        names = set().union(*(metric_names(e) for e in exprs))
+        assert source.vllm_metric + "_sum" in names, (source.stage, source.vllm_metric)
+        assert source.vllm_metric + "_sum" in exported, source.vllm_metric
+        router_exprs = [e for e in exprs if ROUTER_STAGE_METRIC in e]
+        if source.router_timed:
+            assert router_exprs, f"{source.stage}: the router's stage histogram is not shown"
+            assert all(f'stage="{source.stage}"' in e for e in router_exprs)
+        else:
+            assert not router_exprs, f"{source.stage}: the router does not time this stage"

@@ -307,7 +307,7 @@ def _slug(text: str) -> str:
 def _check_profile(scenario: Scenario) -> None:
     cluster = scenario.cluster
     try:
-        profile = _profile_cached(cluster.profile, str(cluster.profile_dir))
+        profile = _profile_cached(cluster.profile, str(cluster.profile_dir), str(cluster.hf_config))
     except (ProfileError, KeyError, OSError) as exc:
         message = str(exc).strip("'\"")
         raise PlanInputError(f"--model-profile: {cluster.profile}: {message}") from None
@@ -319,8 +319,12 @@ def _check_profile(scenario: Scenario) -> None:
 
 
 @cache
-def _profile_cached(name: str, directory: str) -> OperatorProfile:
-    return load_operator_profile(name, None if directory == "None" else directory)
+def _profile_cached(name: str, directory: str, model_config: str) -> OperatorProfile:
+    return load_operator_profile(
+        name,
+        None if directory == "None" else directory,
+        model_config=None if model_config == "None" else model_config,
+    )
 
 
 def _yaml_source(

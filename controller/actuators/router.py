@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import aiohttp
 
@@ -85,9 +86,9 @@ def _max_of(group: TenantGroup | None, role: str) -> int:
 _SOURCE = "admin:policy"
 
 
-def _generation(body: object) -> int | None:
-    """The ``generation`` of an admin API reply, if it has one."""
-    value = body.get("generation") if isinstance(body, dict) else None
+def _generation(body: object, key: str = "generation") -> int | None:
+    """The ``generation`` (or another counter, ``key``) of an admin API reply, if it has one."""
+    value = body.get(key) if isinstance(body, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -114,6 +115,7 @@ class RouterActuator:
         self.latch = UnknownOutcomeLatch()
         self._live_policy: ResolvedPolicy | None = None
         self._live_generation: int | None = None
+        self._live_roles_generation: int | None = None
 
     @property
     def name(self) -> str:
@@ -131,10 +133,12 @@ class RouterActuator:
         if reply.outcome is not Outcome.APPLIED or not isinstance(reply.body, dict):
             self._live_policy = None  # not read this tick: publish rather than trust an older reading
             self._live_generation = None
+            self._live_roles_generation = None
             return None
         self.latch.clear()
         self._live_policy = policy_in_force(reply.body.get("policy"))
         self._live_generation = _generation(reply.body)
+        self._live_roles_generation = _generation(reply.body, "roles_generation")
         live = {str(i.get("id")): i for i in reply.body.get("instances", []) if isinstance(i, dict)}
         instances: list[InstanceInfo] = []
         for info in topology.instances:
@@ -186,11 +190,14 @@ class RouterActuator:
             done.append("policy")
         changes = role_changes(topology, plan.pools, self.groups)
         if changes:
-            reply = await call(
-                self._http(), "PUT", f"{self.url}/admin/roles", body={"roles": changes}, headers=self._headers
-            )
+            # compare-and-set on the roles this plan was decided from: a write after another writer's is refused
+            body: dict[str, Any] = {"roles": changes}
+            if self._live_roles_generation is not None:
+                body["generation"] = self._live_roles_generation + 1
+            reply = await call(self._http(), "PUT", f"{self.url}/admin/roles", body=body, headers=self._headers)
             if reply.outcome is not Outcome.APPLIED:
                 return self._failed(reply.outcome, reply.detail)
+            self._live_roles_generation = _generation(reply.body, "roles_generation")
             done.append("roles " + ",".join(f"{k}->{v}" for k, v in sorted(changes.items())))
         if not done:
             return ActuationResult(self.name, Outcome.UNCHANGED, "nothing to change")
@@ -199,6 +206,7 @@ class RouterActuator:
     def _failed(self, outcome: Outcome, detail: str) -> ActuationResult:
         self._live_policy = None  # whatever we knew may be stale now (a 409: another writer was first)
         self._live_generation = None
+        self._live_roles_generation = None
         if outcome is Outcome.UNKNOWN:
             self.latch.trip(detail)
         return ActuationResult(self.name, outcome, detail)

@@ -9,13 +9,18 @@ Loading reads files; nothing else in :mod:`env.perf` does I/O.
 
 from __future__ import annotations
 
+import contextlib
 import csv
-from dataclasses import dataclass, field
+import json
+import math
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+
+from env.perf.derive import MEMORY_BOUND_MAX_TOKENS, fit_affine_in_bytes, gemm_bytes
 
 __all__ = [
     "MODELS",
@@ -25,6 +30,7 @@ __all__ = [
     "ProfileError",
     "available_profiles",
     "load_operator_profile",
+    "model_spec_from_hf_config",
     "split_profile_name",
 ]
 
@@ -83,6 +89,8 @@ class GemmTable:
 
     m_tokens: FloatArray
     time_s: FloatArray
+    k: int = 0
+    n: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +107,10 @@ class OperatorProfile:
         copy_bandwidth_bytes_per_s: device copy rate counting bytes read plus written.
         gemm_peak_flops: measured square-GEMM rate (FLOP/s), the compute ceiling.
         host_bandwidth_bytes_per_s: pinned host-device copy rate.
+        launch_overhead_s: per-call dispatch latency each eager operator time carries (derived, see
+            :mod:`env.perf.derive`; from every model's memory-bound GEMM rows in the file).
+        stream_bandwidth_bytes_per_s: the rate memory-bound GEMMs stream weights (derived alike).
+        attn_decode_kv_heads: ``tp -> KV heads per GPU`` of the decode-attention rows.
         source: where the profile was read from.
     """
 
@@ -111,8 +123,53 @@ class OperatorProfile:
     copy_bandwidth_bytes_per_s: float
     gemm_peak_flops: float
     host_bandwidth_bytes_per_s: float
+    launch_overhead_s: float = 0.0
+    stream_bandwidth_bytes_per_s: float = math.inf
+    attn_decode_kv_heads: dict[int, int] = field(default_factory=dict)
     source: str = ""
     tp_degrees: tuple[int, ...] = field(default=())
+
+
+_HF_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+
+
+def _config_int(config: dict[str, object], key: str, path: Path) -> int:
+    value = config.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ProfileError(f"{path}: field {key!r} missing or not a positive integer (got {value!r})")
+    return value
+
+
+def model_spec_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
+    """A :class:`ModelSpec` from a Hugging Face ``config.json`` (Llama-style field names).
+
+    Reads ``hidden_size``, ``intermediate_size``, ``num_hidden_layers``, ``num_attention_heads``, ``vocab_size``,
+    optional ``num_key_value_heads`` (default: the attention heads) and ``head_dim`` (default: hidden / heads).
+    ``name`` defaults to the file's parent folder name.
+
+    Raises:
+        ProfileError: the file is unreadable, not a JSON object, or a field is missing or invalid (names it).
+    """
+    file = Path(path)
+    try:
+        config = json.loads(file.read_text())
+    except OSError as exc:
+        raise ProfileError(f"{file}: cannot read ({exc.strerror or exc})") from exc
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"{file}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    if not isinstance(config, dict):
+        raise ProfileError(f"{file}: expected a JSON object with Hugging Face config fields")
+    hidden, ffn, layers, q_heads, vocab = (_config_int(config, key, file) for key in _HF_FIELDS)
+    kv_heads = _config_int(config, "num_key_value_heads", file) if "num_key_value_heads" in config else q_heads
+    if "head_dim" in config and config["head_dim"] is not None:
+        head_dim = _config_int(config, "head_dim", file)
+    elif hidden % q_heads == 0:
+        head_dim = hidden // q_heads
+    else:
+        raise ProfileError(f"{file}: field 'hidden_size' {hidden} is not a multiple of 'num_attention_heads'")
+    if q_heads % kv_heads != 0:
+        raise ProfileError(f"{file}: field 'num_key_value_heads' {kv_heads} does not divide {q_heads} query heads")
+    return ModelSpec(name or file.resolve().parent.name, layers, hidden, q_heads, kv_heads, head_dim, ffn, vocab)
 
 
 def split_profile_name(name: str) -> tuple[str, str]:
@@ -164,30 +221,107 @@ def _resolve_directory(directory: str | Path) -> Path:
     raise ProfileError(f"profile directory {directory!r} not found (shipped: {available_profiles()})")
 
 
+def _models_in(path: Path, gemm_file: str) -> list[str]:
+    return sorted({row.get("model", "") for row in _read_rows(path, gemm_file)} - {""})
+
+
+def _ceilings(path: Path) -> tuple[float, float, float]:
+    """Copy bandwidth, square-GEMM rate and host bandwidth from ``ceilings.csv``."""
+    ceilings = {row.get("what", ""): row for row in _read_rows(path, "ceilings.csv")}
+    try:
+        copy_bw = float(ceilings["d2d_copy_read_plus_write"]["rate"]) * 1e9
+        peak = float(ceilings["gemm_square_bf16"]["rate"]) * 1e12
+        host_bw = float(ceilings["h2d_pinned"]["rate"]) * 1e9
+    except (KeyError, ValueError) as exc:
+        raise ProfileError(f"{path / 'ceilings.csv'}: missing or bad row ({exc})") from exc
+    if min(copy_bw, peak, host_bw) <= 0:
+        raise ProfileError(f"{path / 'ceilings.csv'}: column 'rate' must be positive")
+    return copy_bw, peak, host_bw
+
+
+def _gpu(path: Path) -> tuple[str, float]:
+    """GPU description and memory bytes from ``env.txt`` (defaults when absent)."""
+    gpu, memory_bytes = "unknown GPU", 80e9
+    env_path = path / "env.txt"
+    if env_path.is_file():
+        for line in env_path.read_text().splitlines():
+            parts = line.split()
+            if parts and parts[0] == "gpu" and "mem_gb" in parts:
+                at = parts.index("mem_gb")
+                gpu = " ".join(parts[1:at])
+                memory_bytes = float(parts[at + 1]) * 1e9
+    return gpu, memory_bytes
+
+
+def _locate(
+    name: str, directory: str | Path | None, gemm_file: str, model_config: str | Path | None
+) -> tuple[Path, str, ModelSpec]:
+    """The folder, the ``model`` column value and the architecture a profile name (and config) stand for."""
+    if model_config is None:
+        dir_name, model_key = split_profile_name(name)
+        return _resolve_directory(directory if directory is not None else dir_name), model_key, MODELS[model_key]
+    if directory is None:
+        raise ProfileError(f"model config {model_config}: a profile directory is required with it")
+    spec = model_spec_from_hf_config(model_config)
+    path = _resolve_directory(directory)
+    present = _models_in(path, gemm_file)
+    candidates = [name]
+    with contextlib.suppress(ProfileError):
+        candidates.append(split_profile_name(name)[1])
+    named = [c for c in candidates if c in present]
+    if named:
+        model_key = named[0]
+    elif len(present) == 1:
+        model_key = present[0]
+    else:
+        raise ProfileError(f"{path / gemm_file}: column 'model' has {present}; name one of them, not {name!r}")
+    return path, model_key, replace(spec, name=model_key)
+
+
 def load_operator_profile(
-    name: str, directory: str | Path | None = None, gemm_file: str = "gemm.csv"
+    name: str,
+    directory: str | Path | None = None,
+    gemm_file: str = "gemm.csv",
+    model_config: str | Path | None = None,
 ) -> OperatorProfile:
     """Load the measured operator profile ``name`` (e.g. ``h200-llama3-8b``).
 
     Args:
-        name: profile name ``<directory>-<size>``; with ``directory`` given, only its model part is used.
+        name: profile name ``<directory>-<size>``; with ``directory`` given, only its model part is used. With
+            ``model_config``, the value of the CSVs' ``model`` column to read (a folder measuring one model may
+            be named by anything, e.g. ``""``).
         directory: a measurement directory to read instead of the shipped one.
         gemm_file: the GEMM table to read (``gemm_repeat.csv`` is a second, independent measurement run).
+        model_config: a Hugging Face ``config.json`` giving the architecture (any Llama-shaped model); then
+            ``directory`` is required.
     """
-    dir_name, model_key = split_profile_name(name)
-    path = _resolve_directory(directory if directory is not None else dir_name)
-    model = MODELS[model_key]
-
+    path, model_key, model = _locate(name, directory, gemm_file, model_config)
     gemm_rows: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    shapes: dict[tuple[int, str], tuple[int, int]] = {}
+    small_bytes: list[float] = []
+    small_time_s: list[float] = []
     for row in _read_rows(path, gemm_file):
+        m, time_s = _num(row, "m", path), _num(row, "ms", path) / 1000.0
+        k, n = int(_num(row, "k", path)), int(_num(row, "n", path))
+        if m <= MEMORY_BOUND_MAX_TOKENS and time_s > 0:
+            small_bytes.append(gemm_bytes(m, k, n))
+            small_time_s.append(time_s)
         if row.get("model") != model_key:
             continue
-        key = (int(_num(row, "tp", path)), row["op"])
-        gemm_rows.setdefault(key, []).append((_num(row, "m", path), _num(row, "ms", path) / 1000.0))
+        key = (int(_num(row, "tp", path)), row.get("op", ""))
+        gemm_rows.setdefault(key, []).append((m, time_s))
+        shapes[key] = (k, n)
     if not gemm_rows:
         raise ProfileError(f"{path / gemm_file}: no rows for model {model_key}")
+    missing = [op for op in ("qkv", "o", "gate_up", "down", "lm_head") if not any(o == op for _, o in gemm_rows)]
+    if missing:
+        raise ProfileError(f"{path / gemm_file}: column 'op' has no rows {missing} for model {model_key}")
+    try:
+        launch_s, stream_bw = fit_affine_in_bytes(small_bytes, small_time_s)
+    except ValueError as exc:
+        raise ProfileError(f"{path / gemm_file}: rows with m <= {MEMORY_BOUND_MAX_TOKENS}: {exc}") from exc
     gemm = {
-        key: GemmTable(np.array([m for m, _ in sorted(rows)]), np.array([t for _, t in sorted(rows)]))
+        key: GemmTable(np.array([m for m, _ in sorted(rows)]), np.array([t for _, t in sorted(rows)]), *shapes[key])
         for key, rows in gemm_rows.items()
     }
 
@@ -198,31 +332,18 @@ def load_operator_profile(
                 (_num(row, "seq", path), _num(row, "ms", path) / 1000.0)
             )
     decode: dict[int, list[tuple[float, float, float]]] = {}
+    kv_heads: dict[int, int] = {}
     for row in _read_rows(path, "attn_decode.csv"):
         if row.get("model") == model_key:
+            kv_heads[int(_num(row, "tp", path))] = int(_num(row, "kv_heads", path))
             decode.setdefault(int(_num(row, "tp", path)), []).append(
                 (_num(row, "batch", path), _num(row, "ctx", path), _num(row, "ms", path) / 1000.0)
             )
     if not prefill or not decode:
         raise ProfileError(f"{path}: attention tables have no rows for model {model_key}")
 
-    ceilings = {row["what"]: row for row in _read_rows(path, "ceilings.csv")}
-    try:
-        copy_bw = float(ceilings["d2d_copy_read_plus_write"]["rate"]) * 1e9
-        peak = float(ceilings["gemm_square_bf16"]["rate"]) * 1e12
-        host_bw = float(ceilings["h2d_pinned"]["rate"]) * 1e9
-    except (KeyError, ValueError) as exc:
-        raise ProfileError(f"{path / 'ceilings.csv'}: missing or bad row ({exc})") from exc
-
-    gpu, memory_bytes = "unknown GPU", 80e9
-    env_path = path / "env.txt"
-    if env_path.is_file():
-        for line in env_path.read_text().splitlines():
-            parts = line.split()
-            if parts and parts[0] == "gpu" and "mem_gb" in parts:
-                at = parts.index("mem_gb")
-                gpu = " ".join(parts[1:at])
-                memory_bytes = float(parts[at + 1]) * 1e9
+    copy_bw, peak, host_bw = _ceilings(path)
+    gpu, memory_bytes = _gpu(path)
 
     return OperatorProfile(
         gpu=gpu,
@@ -239,6 +360,9 @@ def load_operator_profile(
         copy_bandwidth_bytes_per_s=copy_bw,
         gemm_peak_flops=peak,
         host_bandwidth_bytes_per_s=host_bw,
+        launch_overhead_s=launch_s,
+        stream_bandwidth_bytes_per_s=stream_bw,
+        attn_decode_kv_heads=kv_heads,
         source=str(path),
         tp_degrees=tuple(sorted({tp for tp, _ in gemm})),
     )

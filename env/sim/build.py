@@ -24,7 +24,8 @@ __all__ = ["build_simulator", "generate_workloads", "load_profile"]
 
 def load_profile(scenario: Scenario) -> OperatorProfile:
     """The operator profile a scenario names."""
-    return load_operator_profile(scenario.cluster.profile, scenario.cluster.profile_dir)
+    cluster = scenario.cluster
+    return load_operator_profile(cluster.profile, cluster.profile_dir, model_config=cluster.hf_config)
 
 
 def generate_workloads(scenario: Scenario, seed: int | None = None) -> dict[str, RequestColumns]:

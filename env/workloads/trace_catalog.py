@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path, PurePosixPath
 
+from policies.data_dir import data_dir as project_data_dir
+
 __all__ = [
     "CATALOG",
     "TraceFile",
@@ -145,7 +147,7 @@ def data_dir() -> Path:
 
     Absolute because scenario files resolve relative trace paths against their own folder.
     """
-    return Path(os.environ.get("PDCTL_DATA_DIR", "data")).absolute()
+    return project_data_dir().absolute()
 
 
 def default_traces_dir() -> Path:

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import yaml
 
+from env.perf.profile import ProfileError
 from env.scenario import ClusterConfig, load_scenario
+from livestack.emulator.engine import load_profile
 from livestack.emulator.faults import FaultConfig
 from livestack.emulator.host import EmulatorHost, InstanceSpec
 
@@ -34,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-port", type=int, default=8100, help="port of the first instance (0 = free ports)")
     p.add_argument("--scenario", type=Path, help="take the cluster settings from this scenario file")
     p.add_argument("--profile", default=None, help="performance profile, e.g. h200-llama3-8b")
+    p.add_argument("--profile-dir", type=Path, default=None, help="operator-timing folder instead of a shipped one")
+    p.add_argument("--model-config", type=Path, default=None, help="Hugging Face config.json (with --profile-dir)")
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel degree")
     p.add_argument("--kv-capacity-tokens", type=int, default=None, help="override the KV capacity per instance")
     p.add_argument("--max-num-seqs", type=int, default=None)
@@ -58,6 +62,8 @@ def _cluster(args: argparse.Namespace) -> ClusterConfig:
         key: value
         for key, value in (
             ("profile", args.profile),
+            ("profile_dir", args.profile_dir),
+            ("hf_config", args.model_config),
             ("tp", args.tp),
             ("kv_capacity_tokens", args.kv_capacity_tokens),
             ("max_num_seqs", args.max_num_seqs),
@@ -129,5 +135,15 @@ async def run(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Parse ``argv`` and run."""
-    asyncio.run(run(build_parser().parse_args(argv)))
+    """Parse ``argv`` and run (a profile that does not load ends it with one line naming the file, status 1)."""
+    args = build_parser().parse_args(argv)
+    cluster = _cluster(args)
+    try:
+        load_profile(cluster.profile, _path(cluster.profile_dir), _path(cluster.hf_config))
+    except ProfileError as exc:
+        raise SystemExit(f"pdctl emulate: {exc}") from None
+    asyncio.run(run(args))
+
+
+def _path(path: Path | None) -> str | None:
+    return None if path is None else str(path)

@@ -18,24 +18,24 @@ __all__ = ["TransferModel", "build_engine", "kv_capacity_tokens", "load_profile"
 
 
 @lru_cache(maxsize=8)
-def load_profile(name: str, directory: str | None = None) -> OperatorProfile:
+def load_profile(name: str, directory: str | None = None, model_config: str | None = None) -> OperatorProfile:
     """The operator profile ``name`` (cached per process)."""
-    return load_operator_profile(name, directory)
+    return load_operator_profile(name, directory, model_config=model_config)
 
 
 @lru_cache(maxsize=8)
 def _time_model(
-    name: str, directory: str | None, tp: int, step_overhead_s: float | None, max_batch: int
+    name: str, directory: str | None, config: str | None, tp: int, step_overhead_s: float | None, max_batch: int
 ) -> InterpolatedExecutionTimeModel:
     overheads = StepOverheads() if step_overhead_s is None else StepOverheads(step_overhead_s=step_overhead_s)
-    return InterpolatedExecutionTimeModel(load_profile(name, directory), tp, overheads, max_batch=max_batch)
+    return InterpolatedExecutionTimeModel(load_profile(name, directory, config), tp, overheads, max_batch=max_batch)
 
 
 def kv_capacity_tokens(cluster: ClusterConfig, tp: int) -> int:
     """KV tokens one instance holds (the cluster's override, else the simulator's memory formula)."""
     if cluster.kv_capacity_tokens is not None:
         return cluster.kv_capacity_tokens
-    profile = load_profile(cluster.profile, _dir(cluster.profile_dir))
+    profile = load_profile(cluster.profile, _dir(cluster.profile_dir), _dir(cluster.hf_config))
     return sim_kv_capacity_tokens(profile, tp, cluster.gpu_memory_utilization, cluster.activation_reserve_bytes)
 
 
@@ -47,7 +47,12 @@ def build_engine(cluster: ClusterConfig, tp: int | None = None) -> InstanceEngin
     """A fresh engine for one instance of ``cluster`` (TP ``tp``, default the cluster's)."""
     degree = tp or cluster.tp
     model = _time_model(
-        cluster.profile, _dir(cluster.profile_dir), degree, cluster.step_overhead_s, cluster.max_num_seqs
+        cluster.profile,
+        _dir(cluster.profile_dir),
+        _dir(cluster.hf_config),
+        degree,
+        cluster.step_overhead_s,
+        cluster.max_num_seqs,
     )
     config = EngineConfig(
         kv_capacity_tokens=kv_capacity_tokens(cluster, degree),
@@ -87,6 +92,15 @@ class TransferModel:
         net = self.network if start_s is None else self.network.at(start_s)
         return net.setup_latency_s
 
+    def layout_s(self, num_tokens: int, remote_tp: int | None = None) -> float:
+        """Seconds of one layout conversion (the pack before the flow, and again the unpack after it).
+
+        Zero when the prefill instance's TP degree ``remote_tp`` is this instance's (no conversion).
+        """
+        if num_tokens <= 0 or remote_tp is None or remote_tp == self.tp:
+            return 0.0
+        return self.num_bytes(num_tokens) / self.network.layout_bandwidth_bytes_per_s
+
     def duration_s(self, num_tokens: int, remote_tp: int | None = None, start_s: float | None = None) -> float:
         """Seconds to pull ``num_tokens`` tokens from a prefill instance of TP ``remote_tp``.
 
@@ -99,9 +113,7 @@ class TransferModel:
             return 0.0
         net = self.network
         size = self.num_bytes(num_tokens)
-        layout_s = 0.0
-        if remote_tp is not None and remote_tp != self.tp:
-            layout_s = size / net.layout_bandwidth_bytes_per_s
+        layout_s = self.layout_s(num_tokens, remote_tp)
         if start_s is None or not self._changes:
             seconds = net.setup_latency_s + size / net.link_bandwidth_bytes_per_s
             return seconds + 2 * layout_s if layout_s else seconds
@@ -127,5 +139,5 @@ class TransferModel:
     def for_cluster(cls, cluster: ClusterConfig, tp: int | None = None) -> TransferModel:
         """The transfer model of ``cluster``'s network and model."""
         degree = tp or cluster.tp
-        profile = load_profile(cluster.profile, _dir(cluster.profile_dir))
+        profile = load_profile(cluster.profile, _dir(cluster.profile_dir), _dir(cluster.hf_config))
         return cls(cluster.network, profile.model.kv_bytes_per_token(degree), degree)

@@ -4,6 +4,14 @@ See ``reference/vllm-interface.md`` §5. Every metric carries ``model_name`` and
 labelled child is created at startup so that each series exists at 0 before traffic. NIXL metrics are
 registered because every emulated instance runs NixlConnector (``kv_both``). Durations are emulated seconds
 (wall seconds divided by the time scale), so that scaled runs report the same values as real-time runs.
+
+A decode leg's KV pull is reported as modelled (:class:`livestack.emulator.engine.TransferModel`): its whole
+duration (pack, setup, bytes over the link, injected delay, unpack) as ``vllm:nixl_xfer_time_seconds``, as the
+simulator observes it, and its pack (the layout conversion before the flow; 0 when both TP degrees match) as
+``vllm:nixl_post_time_seconds``. As in vLLM, the whole pull is inside the decode leg's
+``vllm:request_queue_time_seconds``,
+``vllm:time_to_first_token_seconds`` and ``vllm:e2e_request_latency_seconds`` (timed from the arrival at the
+instance). :data:`policies.stages.STAGE_SOURCES` maps these to the design's stages.
 """
 
 from __future__ import annotations

@@ -327,8 +327,10 @@ class EmulatedInstance:
                 m.nixl_num_failed_transfers.inc()
                 m.request_success["error"].inc()
                 return "KV transfer from the prefill instance failed (kv_load_failure_policy=fail)"
+            # the read as modelled (policies.stages): its whole duration (pack, setup, flow, injected delay,
+            # unpack), as the simulator observes it, and its post time, the pack (0 when both TP degrees match)
             m.nixl_xfer_time.observe(wait_s)
-            m.nixl_post_time.observe(self.transfer.setup_latency_s(pull_start_s))
+            m.nixl_post_time.observe(self.transfer.layout_s(pulled, remote_tp))
             m.nixl_bytes_transferred.observe(self.transfer.num_bytes(pulled))
             m.nixl_num_descriptors.observe(max(-(-pulled // self.settings.block_size), 1) * 2)
             m.external_prefix_cache_hits.inc(pulled)
@@ -435,8 +437,9 @@ class EmulatedInstance:
         m.request_prompt_tokens.observe(parsed.prompt_tokens)
         m.request_generation_tokens.observe(handle.generated_tokens)
         m.request_prefill_kv_computed_tokens.observe(computed)
-        m.time_to_first_token.observe((first - handle.arrival_s) / scale)
-        m.e2e_request_latency.observe((end - handle.arrival_s) / scale)
+        # vLLM times TTFT and latency from the request's arrival at this instance, before any KV pull
+        m.time_to_first_token.observe((first - handle.arrival_s) / scale + handle.deferred_s)
+        m.e2e_request_latency.observe((end - handle.arrival_s) / scale + handle.deferred_s)
         m.request_queue_time.observe(queue_s)
         m.request_prefill_time.observe(prefill_s)
         m.request_decode_time.observe((end - first) / scale)

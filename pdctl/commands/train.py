@@ -20,7 +20,9 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
     def train_cmd(
         experiment: Path = typer.Option(..., "--experiment", help="Experiment YAML (experiments/NAME.yaml)."),  # noqa: B008
         out: Path | None = typer.Option(None, help="Output folder (default: runs/<experiment name>)."),  # noqa: B008
-        tracking_uri: str | None = typer.Option(None, help="MLflow tracking URI (default: local SQLite)."),
+        tracking_uri: str | None = typer.Option(
+            None, help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///data/mlflow/mlflow.db)."
+        ),
         timesteps: int | None = typer.Option(None, help="Override total_timesteps."),
         seed: int | None = typer.Option(None, help="Override the experiment's seed."),
         no_baselines: bool = typer.Option(False, help="Skip evaluating the experiment's baselines at the end."),

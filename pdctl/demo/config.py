@@ -21,6 +21,7 @@ import yaml
 
 from env.scenario import Scenario, ScenarioError, load_scenario
 from env.workloads.config import StepWorkload
+from pdctl.scrape_config import render_scrape_config
 from policies.policy_file import PolicyFileError, load_policy_file, resolve_policy
 
 __all__ = [
@@ -214,21 +215,9 @@ def router_config(
 def prometheus_config(
     router_url: str, urls: Mapping[str, str], group: str, scrape_interval_s: float = 1.0
 ) -> dict[str, Any]:
-    """Scrape the router and every instance (``instance_id`` and ``group`` target labels) every second."""
-    interval = f"{int(scrape_interval_s * 1000)}ms"
-    return {
-        "global": {"scrape_interval": interval, "evaluation_interval": interval},
-        "scrape_configs": [
-            {"job_name": "pdctl-router", "static_configs": [{"targets": [router_url.split("//", 1)[1]]}]},
-            {
-                "job_name": "vllm",
-                "static_configs": [
-                    {"targets": [url.split("//", 1)[1].rstrip("/")], "labels": {"instance_id": iid, "group": group}}
-                    for iid, url in urls.items()
-                ],
-            },
-        ],
-    }
+    """The shipped scrape configuration (``deploy/prometheus/prometheus.yml``) with the demo's targets, every second."""
+    instances = {iid: (url, group) for iid, url in urls.items()}
+    return render_scrape_config(router_url, instances, scrape_interval_s)
 
 
 def controller_config(

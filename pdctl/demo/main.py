@@ -29,6 +29,7 @@ from pdctl.demo.config import (
 from pdctl.demo.processes import pdctl_argv
 from pdctl.demo.report import build_report
 from pdctl.demo.runner import PhaseResult, run_phase
+from policies.data_dir import TRACKING_URI_ENV, embedded_tracking_db
 
 __all__ = ["DemoInterrupted", "choose_policy", "default_out_dir", "run_demo"]
 
@@ -46,8 +47,8 @@ def default_out_dir() -> Path:
 
 def _champion_available(console: Console) -> bool:
     """Whether the local MLflow registry has ``pdctl-generalist@champion`` and the controller can load it."""
-    tracking = os.environ.get("MLFLOW_TRACKING_URI")
-    if tracking is None and not (Path("data") / "mlflow" / "mlflow.db").is_file():
+    tracking = os.environ.get(TRACKING_URI_ENV)
+    if tracking is None and not embedded_tracking_db().is_file():
         return False
     try:
         from controller.policy_registry import mlflow_resolver

@@ -40,8 +40,8 @@ def test_validation_seeds_default_and_custom(tmp_path: Path) -> None:
         ),
         ({"layout": {"pool_actions": "absolute"}}, r"layout.pool_actions: Input should be 'delta' or 'target'"),
         (
-            {"pretrain": {"teachers": ["mpc:4", "baseline:aggregated"], "expert": "policy"}},
-            r"teachers: expert: policy takes exactly one policy spec",
+            {"pretrain": {"teachers": ["mpc:4", "mpc:4"], "expert": "policy"}},
+            r"teachers: repeated policy specs",
         ),
         (
             {"pretrain": {"teachers": ["mpc:4"], "expert": "policy"}},

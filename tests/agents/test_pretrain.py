@@ -63,7 +63,7 @@ def test_lookahead_expert_picks_the_better_candidate_on_a_failing_network() -> N
 
     path = SCENARIO_DIR / "degraded-network-8.yaml"
     grid_point = {"pools": {"main": [2, 2]}, "route": "remote"}
-    task = LookaheadTask(str(path), 0, ("baseline:aggregated",), (grid_point,), LAYOUT, horizon_intervals=3)
+    task = LookaheadTask(str(path), 0, ("baseline:aggregated",), (grid_point,), LAYOUT, horizon_intervals=6)
     demos, (episode,) = collect_lookahead_demonstrations([task], workers=1)
     assert len(demos) == len(episode.demonstrations) > 10
     best = max(episode.candidate_weighted_goodput_rps.values())

@@ -13,7 +13,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from agents.evaluate import RunSpec, run_one
 from agents.pretrain import behaviour_clone
-from agents.set_imitation import SetDemoTask, collect_set_demonstrations, set_demo_episode
+from agents.set_imitation import SetDemoTask, best_teacher_per_scenario, collect_set_demonstrations, set_demo_episode
 from agents.set_policy_net import SetActorCriticPolicy
 from env.gym_env import resolve_scenario
 from env.set_env import ScenarioList, SetPolicyEnv
@@ -40,6 +40,20 @@ def _goodput(spec: str, path: Path, seed: int) -> float:
 def _allowed(actions: np.ndarray, masks: np.ndarray, codec: SetActionCodec) -> bool:
     offsets = np.concatenate([[0], np.cumsum(codec.nvec)[:-1]])
     return bool(all(masks[i, offsets + actions[i]].all() for i in range(len(actions))))
+
+
+def test_each_scenario_gets_the_teacher_that_scores_best_on_it(tmp_path: Path, scenario_path: Path) -> None:
+    busy = tmp_path / "busy.yaml"  # the same cluster at a higher load: the choice may differ per scenario
+    busy.write_text(yaml.safe_dump(tiny_scenario(duration_s=120.0, rate_rps=12.0).model_dump(mode="json")))
+    teachers = ["baseline:aggregated", "baseline:dynamo-legacy", "baseline:vllm-proxy"]
+    paths = [str(scenario_path), str(busy)]
+    choices = best_teacher_per_scenario(paths, teachers, seed=5, workers=1)
+    assert [c.scenario_path for c in choices] == paths
+    for choice in choices:
+        scores = {t: _goodput(t, Path(choice.scenario_path), 5) for t in teachers}
+        assert choice.weighted_goodput_rps == pytest.approx(scores)
+        assert choice.teacher == max(teachers, key=lambda t: (scores[t], -teachers.index(t)))
+    assert best_teacher_per_scenario(paths, teachers, seed=5, workers=2) == choices  # workers change nothing
 
 
 def test_the_teacher_acts_and_every_label_is_an_allowed_set_action(scenario_path: Path) -> None:

@@ -26,6 +26,8 @@ from urllib.request import urlopen
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from pdctl.scrape_config import render_scrape_config
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -123,21 +125,8 @@ class PrometheusServer:
 def prometheus_config(
     router_url: str | None, instances: Mapping[str, tuple[str, str]], scrape_interval_s: float = 1.0
 ) -> dict[str, Any]:
-    """Scrape jobs: the router, and each instance with ``instance_id`` and ``group`` target labels."""
-    interval = f"{int(scrape_interval_s * 1000)}ms"
-    jobs: list[dict[str, Any]] = []
-    if router_url:
-        jobs.append({"job_name": "router", "static_configs": [{"targets": [router_url.split("//", 1)[1]]}]})
-    jobs.append(
-        {
-            "job_name": "vllm",
-            "static_configs": [
-                {"targets": [url.split("//", 1)[1].rstrip("/")], "labels": {"instance_id": iid, "group": group}}
-                for iid, (url, group) in instances.items()
-            ],
-        }
-    )
-    return {"global": {"scrape_interval": interval, "evaluation_interval": interval}, "scrape_configs": jobs}
+    """The shipped scrape configuration with the router and each instance (``instance_id``, ``group`` labels)."""
+    return render_scrape_config(router_url, instances, scrape_interval_s)
 
 
 @contextlib.contextmanager

@@ -66,6 +66,7 @@ async def admin() -> AsyncIterator[tuple[FakeServer, dict[str, Any]]]:
     """The router admin API contract (docs/admin-api.md), in memory."""
     state: dict[str, Any] = {
         "generation": 1,
+        "roles_generation": 0,
         "policy": {},
         "instances": [
             {"id": i, "url": "", "role": r, "pending_role": None, "healthy": True, "in_flight": 0, "draining": False}
@@ -93,6 +94,12 @@ async def admin() -> AsyncIterator[tuple[FakeServer, dict[str, Any]]]:
             state["generation"] = body.get("generation", state["generation"] + 1)
             state["policy"] = body["policy"]
         elif request.path == "/admin/roles":
+            if body.get("generation", state["roles_generation"] + 1) <= state["roles_generation"]:
+                error = {"message": "stale generation", "field": "generation"}
+                return web.json_response(
+                    {"error": {**error, "current_generation": state["roles_generation"]}}, status=409
+                )
+            state["roles_generation"] = body.get("generation", state["roles_generation"] + 1)
             for inst in state["instances"]:
                 if inst["id"] in body["roles"]:
                     inst["pending_role"] = body["roles"][inst["id"]]
@@ -138,7 +145,7 @@ async def test_router_actuator_publishes_policy_and_roles(admin: tuple[FakeServe
         assert result.outcome is Outcome.APPLIED
         assert [(m, p) for m, p, _ in server.calls[2:]] == [("PUT", "/admin/policy"), ("PUT", "/admin/roles")]
         assert server.calls[2][2] == {"generation": 2, "policy": {"tenants": [{"name": "rag"}]}}, "compare-and-set"
-        assert server.calls[3][2] == {"roles": {"d1": "prefill"}}
+        assert server.calls[3][2] == {"generation": 1, "roles": {"d1": "prefill"}}, "compare-and-set on roles"
         observed = await actuator.observe(TOPOLOGY)
         assert observed is not None
         assert observed.pending["g"] == (1, 0)

@@ -193,9 +193,12 @@ def test_cli_prints_schema_and_refuses_bad_config(tmp_path: Path) -> None:
     assert missing.exit_code == 2
 
 
-def test_shipped_example_config_is_valid() -> None:
-    example = Path(__file__).resolve().parents[2] / "controller" / "examples" / "controller.yaml"
-    config = load_config(example)
+def test_shipped_example_configs_are_valid() -> None:
+    examples = Path(__file__).resolve().parents[2] / "controller" / "examples"
+    off_cluster = load_config(examples / "controller.yaml")  # tests/integration/test_controller_example.py runs it
+    assert [a.kind for a in off_cluster.actuators] == ["router"]
+    assert build_runtime(off_cluster, 1, 0.0).policy.policy_id == "baseline:queue_kv"
+    config = load_config(examples / "controller-kubernetes.yaml")
     assert config.mode == "advisory"
     assert [a.kind for a in config.actuators] == ["router", "kubernetes"]
     # Outside a pod there is no service-account token: refused with the file named.

@@ -16,6 +16,7 @@ from controller.actuators.router import RouterActuator
 from controller.config import ControllerConfig
 from controller.lease import Lease, LeaseHeldError, lease_path
 from controller.sources.base import InstanceInfo, Topology
+from policies.schema import PoolTargets
 from tests.controller.harness import REPO_ROOT, controller
 from tests.controller.test_loop import POLICY
 from tests.router.cluster import ADMIN_TOKEN, live_cluster
@@ -119,6 +120,47 @@ async def test_admin_writes_are_compare_and_set(tmp_path: Path) -> None:
             assert state["policy"]["mode"] == "aggregated_only", "the first writer's policy stands"
             assert await b.observe(TOPOLOGY) is not None  # the next tick reads the state and may write again
             assert (await b.apply(Plan(2, {"tenants": [{"name": "chat"}]}), TOPOLOGY)).outcome is Outcome.APPLIED
+        finally:
+            await a.close()
+            await b.close()
+
+
+THREE = Topology.from_instances(
+    [InstanceInfo("p0", "g", "prefill"), InstanceInfo("d0", "g", "decode"), InstanceInfo("d1", "g", "decode")]
+)
+
+
+@pytest.mark.integration
+async def test_role_writes_are_compare_and_set(tmp_path: Path) -> None:
+    """Two controllers decide role moves from the same reading: only the first moves instances."""
+    async with live_cluster(tmp_path, 1, 2) as c:
+        headers = c.admin_headers()
+        async with c.session.get(c.url + "/admin/state", headers=headers) as r:
+            before = await r.json()
+        held = before["roles_generation"]
+        body = {"generation": held, "roles": {"d1": "prefill"}}
+        async with c.session.put(c.url + "/admin/roles", json=body, headers=headers) as r:
+            assert r.status == 409
+            error = (await r.json())["error"]
+        assert error["current_generation"] == held
+        assert error["message"].startswith(f"stale generation {held}: the router holds roles_generation {held}")
+        a = RouterActuator(c.url, ADMIN_TOKEN, 2.0)
+        b = RouterActuator(c.url, ADMIN_TOKEN, 2.0)
+        try:
+            seen_a = await a.observe(THREE)
+            seen_b = await b.observe(THREE)
+            assert seen_a is not None
+            assert seen_b is not None
+            assert (await a.apply(Plan(1, None, {"g": PoolTargets(2, 1)}), seen_a)).outcome is Outcome.APPLIED
+            # b decided from the same, now stale, reading (move p0 to decode): refused, so a's move stands alone.
+            refused = await b.apply(Plan(1, None, {"g": PoolTargets(0, 3)}), seen_b)
+            assert refused.outcome is Outcome.REJECTED
+            assert "409" in refused.detail
+            async with c.session.get(c.url + "/admin/state", headers=headers) as r:
+                after = await r.json()
+            assert after["roles_generation"] == held + 1
+            roles = {i["id"]: i["pending_role"] or i["role"] for i in after["instances"]}
+            assert roles == {"p0": "prefill", "d0": "decode", "d1": "prefill"}
         finally:
             await a.close()
             await b.close()

@@ -19,6 +19,8 @@ def test_base_settings_without_a_start_time_or_incidents() -> None:
     assert base.duration_s(0) == 0.0
     assert base.duration_s(1000) == pytest.approx(0.01 + 1.0)
     assert base.duration_s(1000, remote_tp=2) == pytest.approx(0.01 + 1.0 + 2 * 0.1)
+    assert base.layout_s(1000, remote_tp=2) == pytest.approx(0.1)  # the pack, and the unpack again
+    assert base.layout_s(1000, remote_tp=1) == base.layout_s(1000) == base.layout_s(0, remote_tp=2) == 0.0
     assert base.duration_s(1000, start_s=50.0) == base.duration_s(1000)
     incident = {"start_s": 10, "end_s": 20, "link_bandwidth_bytes_per_s": 1e8}
     with_incident = _model(link_bandwidth_bytes_per_s=1e9, setup_latency_s=0.01, incidents=[incident])

@@ -115,8 +115,14 @@ async def test_prometheus_and_scraper_windows_agree(tmp_path: Path) -> None:
         ):  # fmt: skip
             va, vb = getattr(sa, field), getattr(sb, field)
             assert _close(va, vb, rel=0.05) or _bucket_distance(va, vb, buckets) <= 1, (field, va, vb)
+        # SLO attainment: the router's judgement of each request (its log's slo_met) over the successful ones
+        ok = [r for r in mine if r["status"] == 200]
+        assert ok
+        assert sa.slo_attainment_frac == pytest.approx(sum(bool(r["slo_met"]) for r in ok) / len(ok), rel=1e-6)
+        assert _close(sa.slo_attainment_frac, sb.slo_attainment_frac, rel=0.02, abs_=0.02)
+        assert _close(sa.goodput_rps, sb.goodput_rps, rel=0.35)
         # What neither source can know stays unknown in both.
-        for field in ("p95_input_tokens", "slo_attainment_frac", "goodput_rps", "prefix_cache_hit_frac"):
+        for field in ("p95_input_tokens", "prefix_cache_hit_frac"):
             assert getattr(sa, field) is None
             assert getattr(sb, field) is None
     assert a.tenants["rag"].remote_prefill_frac is not None

@@ -170,7 +170,7 @@ def _router_plan(arrival: Arrival, policy: ResolvedPolicy, slack: int) -> Plan |
     ("shape", "slack"),
     [
         ({"prefill": 1, "decode": 2, "gpus": 3, "rate_rps": 10, "duration_s": 12, "seed": 11}, 4),
-        ({"prefill": 2, "decode": 3, "gpus": 5, "rate_rps": 16, "duration_s": 8, "seed": 5}, 1),
+        ({"prefill": 2, "decode": 3, "gpus": 5, "rate_rps": 18, "duration_s": 8, "seed": 5}, 1),
     ],
 )
 def test_parity_placement_router_and_simulator_adapters_agree(
