@@ -13,8 +13,9 @@ Non-streaming requests need no migration: nothing reached the client before a fa
 retries them whole on another decode instance (``max_decode_attempts``).
 
 Each attempt counts in ``pdctl_router_migrations_total{outcome}``: ``completed`` (the continuation reached
-``[DONE]``), ``failed`` (the continuation's instance failed too), ``refused`` (it answered 4xx: the stream ends
-with an error event), ``client_gone``; a cut stream that is not
+``[DONE]``), ``error_event`` (it reached ``[DONE]`` after an error event of its own: the request failed),
+``failed`` (the continuation's instance failed too), ``refused`` (it answered 4xx: the stream ends with an error
+event), ``client_gone``; a cut stream that is not
 resumed counts once as ``exhausted`` (limit reached), ``no_instance`` or ``unsupported``. Each attempt also
 adds ``migration`` to the request record's ``fallback`` and is logged (``pdctl.router``).
 """
@@ -112,10 +113,16 @@ class StreamMigrator:
             _log.info("request %s: migrating to %s after %d tokens (migration %d of at most %d)", rec.request_id,
                       inst.id, delivered.tokens, migrations, self.limit)  # fmt: skip
             outcome = await self._attempt(req, inst, body, downstream, transcript)
+            done = transcript.delivered() if outcome == "completed" else None
+            if done is not None and done.error is not None:  # the continuation ended with its own error event
+                outcome = "error_event"
             self.metrics.migrations.labels(outcome).inc()
-            if outcome == "completed":
-                self._succeeded(req, transcript.delivered().tokens, outcome)
+            if done is not None:
                 rec.decode_instance = inst.id
+                if done.error is None:
+                    self._succeeded(req, done.tokens, outcome)
+                else:
+                    rec.error, rec.status, rec.output_tokens = f"decode {inst.id}: {done.error}", 502, done.tokens
                 return
             if outcome == "client_gone":
                 rec.error, rec.status = "client disconnected", 499

@@ -51,6 +51,8 @@ class Delivered:
     """The last JSON event delivered (its ``id``, ``object``, ``created``, ``model`` head a synthesised tail)."""
     usage: dict[str, Any] | None
     """The last ``usage`` delivered (continuous usage statistics), if any."""
+    error: str | None = None
+    """The message of the first error event delivered, if any (an instance that failed and said so)."""
 
 
 def _payloads(data: bytes) -> list[bytes]:
@@ -134,6 +136,7 @@ class StreamTranscript:
         role_sent = finished = False
         last: dict[str, Any] | None = None
         usage: dict[str, Any] | None = None
+        error: str | None = None
         for payload in _payloads(b"".join(self._passed)):
             if payload == _DONE_PAYLOAD:
                 continue
@@ -141,7 +144,12 @@ class StreamTranscript:
                 event = json.loads(payload)
             except ValueError:
                 continue
-            if not isinstance(event, dict) or "error" in event:
+            if not isinstance(event, dict):
+                continue
+            if "error" in event:
+                detail = event["error"]
+                message = detail.get("message") if isinstance(detail, dict) else detail
+                error = error or str(message)
                 continue
             last = event
             if isinstance(event.get("usage"), dict):
@@ -153,7 +161,7 @@ class StreamTranscript:
             texts.append(text)
             tokens += content
             finished = finished or done
-        return Delivered("".join(texts), tokens, role_sent, finished, last, usage)
+        return Delivered("".join(texts), tokens, role_sent, finished, last, usage, error)
 
     def resume(self) -> Delivered:
         """Report what was delivered and rewrite the next upstream stream as its continuation."""

@@ -150,8 +150,8 @@ class RouterMetrics:
         )
         self.migrations = Counter(
             "pdctl_router_migrations",
-            "Stream migrations (router/migrate.py) by outcome: completed, failed, refused, client_gone per attempt; "
-            "exhausted, no_instance, unsupported per cut stream not resumed.",
+            "Stream migrations (router/migrate.py) by outcome: completed, error_event, failed, refused, client_gone "
+            "per attempt; exhausted, no_instance, unsupported per cut stream not resumed.",
             ("outcome",),
             registry=registry,
         )

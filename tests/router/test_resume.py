@@ -107,3 +107,12 @@ def test_a_stream_cut_after_its_last_token_gets_only_its_tail() -> None:
         "usage": {"prompt_tokens": 7, "total_tokens": 9, "completion_tokens": 2},
     }
     assert done == b"data: [DONE]"
+
+
+def test_an_error_event_is_reported_not_counted_as_text() -> None:
+    t = StreamTranscript()
+    error = {"error": {"message": "engine died", "type": "InternalServerError", "param": None, "code": 500}}
+    t.feed(_text_chunk("kalo ") + _event(error) + b"data: [DONE]\n\n")
+    delivered = t.delivered()
+    assert (delivered.text, delivered.tokens, delivered.error) == ("kalo ", 1, "engine died")
+    assert StreamTranscript().delivered().error is None
