@@ -86,6 +86,11 @@ class HealthConfig(_Frozen):
 
     interval_s: Annotated[float, Field(gt=0)] = Field(1.0, description="GET /health period per instance.")
     timeout_s: Annotated[float, Field(gt=0)] = Field(1.0, description="Timeout of one health check.")
+    unhealthy_after_timeouts: Annotated[int, Field(ge=1)] = Field(
+        2,
+        description="Health checks in a row that time out before an instance is marked down (a refused connection "
+        "or a non-200 answer marks it down at once).",
+    )
     metrics_poll_s: Annotated[float, Field(ge=0)] = Field(
         0.0, description="GET /metrics period per instance to read vllm:kv_cache_usage_perc (0 = off)."
     )

@@ -37,6 +37,8 @@ class Instance:
     incoming: int = 0
     kv_usage_frac: float | None = None
     consecutive_failures: int = 0
+    probe_timeouts: int = 0
+    """Health probes in a row that timed out (reset by any probe that answers or is refused)."""
     _order: int = field(default=0, repr=False)
 
     @property

@@ -91,11 +91,22 @@ class Upkeep:
             await asyncio.sleep(h.interval_s)
 
     async def _check(self, inst: Instance, client_timeout: aiohttp.ClientTimeout) -> None:
+        """One health probe of ``inst``.
+
+        A refusal or a non-200 answer marks the instance down at once; a probe that times out does only after
+        ``unhealthy_after_timeouts`` in a row (one slow answer from a busy host is not a dead instance).
+        """
+        timed_out = False
         try:
             async with self.session.get(inst.url + "/health", timeout=client_timeout) as resp:
                 ok = resp.status == 200
+        except TimeoutError:  # aiohttp's timeouts are TimeoutError too
+            ok, timed_out = False, True
         except UPSTREAM_ERRORS:
             ok = False
+        inst.probe_timeouts = inst.probe_timeouts + 1 if timed_out else 0
+        if timed_out and inst.probe_timeouts < self.config.health.unhealthy_after_timeouts:
+            return
         if ok and not inst.healthy:
             self.planner.tracker(inst).clear()  # back after a failure: assume it restarted with an empty cache
         inst.healthy = ok

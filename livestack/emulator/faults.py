@@ -34,6 +34,9 @@ class FaultConfig(BaseModel):
     crash_after_requests: Annotated[int, Field(ge=1)] | None = Field(
         None, description="The instance crashes when this many generation requests have arrived."
     )
+    health_delay_s: Annotated[float, Field(ge=0.0)] = Field(
+        0.0, description="Wall seconds GET /health waits before answering (an overloaded API server)."
+    )
     linger_after_done_s: Annotated[float, Field(ge=0.0)] = Field(
         0.0,
         description="Wall seconds a finished stream stays open after its [DONE] event before the instance closes "

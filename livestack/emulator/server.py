@@ -206,6 +206,8 @@ class EmulatedInstance:
     # ------------------------------------------------------------------------------------------- handlers
 
     async def _health(self, _: web.Request) -> web.Response:
+        if self.faults.config.health_delay_s > 0:
+            await asyncio.sleep(self.faults.config.health_delay_s)
         return web.Response(status=503 if self.crashed else 200)
 
     async def _version(self, _: web.Request) -> web.Response:
