@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from aiohttp import web
 from policies.policy_file import PolicyFile, PolicyFileError, ResolvedPolicy, load_policy_data, resolve_policy
 from router.limits import BodyError, parse_json
 from router.registry import InstanceRegistry, Role
+from router.rollback import Rollback
 
 __all__ = ["AdminApi", "PolicyState", "document_of", "policy_state_from"]
 
@@ -98,6 +100,7 @@ class AdminApi:
         transfer_healthy: Callable[[], bool],
         on_roles_changed: Callable[[], None],
         max_json_depth: int = 64,
+        rollback: Rollback | None = None,
     ) -> None:
         self._token = token
         self._get_policy = get_policy
@@ -107,12 +110,15 @@ class AdminApi:
         self._on_roles_changed = on_roles_changed
         self._max_json_depth = max_json_depth
         self._roles_generation = 0
+        self._rollback = rollback if rollback is not None else Rollback()
 
     def add_routes(self, app: web.Application) -> None:
         """Register the admin routes on ``app``."""
         app.router.add_put("/admin/policy", self.put_policy)
         app.router.add_put("/admin/roles", self.put_roles)
         app.router.add_get("/admin/state", self.get_state)
+        app.router.add_put("/admin/rollback", self.put_rollback)
+        app.router.add_delete("/admin/rollback", self.delete_rollback)
 
     def _authorized(self, request: web.Request) -> bool:
         if not self._token:
@@ -154,6 +160,7 @@ class AdminApi:
             "roles_generation": self._roles_generation,
             "instances": self._registry.state(),
             "kv_transfer_healthy": self._transfer_healthy(),
+            "rollback": self._rollback.state(),
         }
 
     async def get_state(self, request: web.Request) -> web.Response:
@@ -192,6 +199,35 @@ class AdminApi:
             raise _BadRequest(
                 field, "; ".join(f"{p.field_path or '<top>'}: {p.message}" for p in exc.problems)
             ) from None
+
+    async def put_rollback(self, request: web.Request) -> web.Response:
+        """``PUT /admin/rollback``: serve the named tenants (all without ``tenants``) aggregated until lifted."""
+        if not self._authorized(request):
+            return self._unauthorized(request)
+        try:
+            body = await self._json_object(request)
+            for key in body:
+                if key != "tenants":
+                    raise _BadRequest(key, "unknown key (expected 'tenants')")
+            names = body.get("tenants")
+            if names is not None and (
+                not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names)
+            ):
+                raise _BadRequest("tenants", "tenants must be a non-empty list of tenant names (omit it for all)")
+        except _BadRequest as exc:
+            return _bad(exc)
+        self._rollback.set(None if names is None else frozenset(names), time.time())
+        _log.warning("rollback to aggregated serving set by the admin API: %s", self._rollback.state())
+        return web.json_response(self.state())
+
+    async def delete_rollback(self, request: web.Request) -> web.Response:
+        """``DELETE /admin/rollback``: lift the rollback for every tenant."""
+        if not self._authorized(request):
+            return self._unauthorized(request)
+        if self._rollback.active:
+            _log.warning("rollback to aggregated serving lifted by the admin API (was %s)", self._rollback.state())
+        self._rollback.lift()
+        return web.json_response(self.state())
 
     async def put_roles(self, request: web.Request) -> web.Response:
         """``PUT /admin/roles``: validate every entry, then change roles (busy instances drain first)."""

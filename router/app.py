@@ -61,6 +61,7 @@ class Router:
             lambda: self.transfer_health.healthy(self._now()),
             self._upkeep.publish_instances,
             config.limits.max_json_depth,
+            self.planner.rollback,
         )
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None

@@ -41,6 +41,7 @@ from policies.schema import LiveState, RequestFeatures, RouteDecision, RoutingTh
 from router.config import EstimationConfig
 from router.estimates import PrefixTracker, TransferHealth, prefix_blocks
 from router.registry import Instance, InstanceRegistry
+from router.rollback import Rollback
 
 __all__ = ["Plan", "Planner", "prompt_text_of"]
 
@@ -103,6 +104,8 @@ class Planner:
             initial_prefill_tokens_per_s=estimation.prefill_tokens_per_s,
         )
         self.prefix: dict[str, PrefixTracker] = {}
+        self.rollback = Rollback()
+        """The operator's rollback (``/admin/rollback``), applied on top of the policy in force."""
         self.prefill_rate: dict[str, PrefillRate] = {}
         self._block_chars = max(round(estimation.prefix_block_tokens * estimation.chars_per_token), 1)
 
@@ -170,7 +173,7 @@ class Planner:
             self.placement.default_output_tokens,
         )
         features = RequestFeatures(request_id, tenant, input_tokens, expected, model)
-        thresholds = policy.thresholds_for(tenant)
+        thresholds = self.rollback.apply(tenant, policy.thresholds_for(tenant))
         serving_prefill = self.registry.serving("prefill")
         prefill = choose_prefill(serving_prefill)
         live = build_live_state(

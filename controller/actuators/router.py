@@ -20,6 +20,7 @@ Both documents are compared as the router runs them, resolved into typed per-ten
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -31,6 +32,8 @@ from controller.actuators.http import call
 from controller.sources.base import InstanceInfo, Topology
 from policies.policy_file import PolicyFileError, ResolvedPolicy, load_policy_data, resolve_policy
 from policies.schema import PoolTargets, TenantGroup
+
+_log = logging.getLogger("pdctl.controller")
 
 __all__ = ["RouterActuator", "policy_in_force", "role_changes"]
 
@@ -116,6 +119,7 @@ class RouterActuator:
         self._live_policy: ResolvedPolicy | None = None
         self._live_generation: int | None = None
         self._live_roles_generation: int | None = None
+        self._rollback_seen: object = None
 
     @property
     def name(self) -> str:
@@ -139,6 +143,7 @@ class RouterActuator:
         self._live_policy = policy_in_force(reply.body.get("policy"))
         self._live_generation = _generation(reply.body)
         self._live_roles_generation = _generation(reply.body, "roles_generation")
+        self._note_rollback(reply.body.get("rollback"))
         live = {str(i.get("id")): i for i in reply.body.get("instances", []) if isinstance(i, dict)}
         instances: list[InstanceInfo] = []
         for info in topology.instances:
@@ -202,6 +207,20 @@ class RouterActuator:
         if not done:
             return ActuationResult(self.name, Outcome.UNCHANGED, "nothing to change")
         return ActuationResult(self.name, Outcome.APPLIED, "; ".join(done))
+
+    def _note_rollback(self, rollback: object) -> None:
+        """Log once per change an operator's rollback on the router (``/admin/rollback``): it wins over our writes."""
+        if rollback == self._rollback_seen:
+            return
+        self._rollback_seen = rollback
+        if rollback:
+            _log.warning(
+                "router %s: operator rollback to aggregated serving in force (%s); routing writes do not lift it",
+                self.url,
+                rollback,
+            )
+        else:
+            _log.info("router %s: no operator rollback in force", self.url)
 
     def _failed(self, outcome: Outcome, detail: str) -> ActuationResult:
         self._live_policy = None  # whatever we knew may be stale now (a 409: another writer was first)
