@@ -136,6 +136,7 @@ def run_phase(
     try:
         # 1. emulated instances (one process, free ports), then the router in front of them
         emulator_routes = directory / "emulator-instances.yaml"
+        emulator_routes.unlink(missing_ok=True)  # a file left by an earlier run in this folder is not this one's
         emulator = child("emulator", pdctl_argv(
             "emulate", "--prefill", str(num_prefill), "--decode", str(len(roles) - num_prefill), "--base-port", "0",
             "--scenario", str(scenario_path), "--time-scale", repr(ts), "--seed", str(seed),
