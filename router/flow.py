@@ -44,7 +44,14 @@ from router.limits import parse_json
 from router.migrate import StreamMigrator
 from router.pd import decode_body, forwarded_headers, local_body, prefill_body, prefill_params
 from router.registry import Instance, InstanceRegistry
-from router.relay import RelayResult, is_error_event, relay, sse_error_event
+from router.relay import (
+    UPSTREAM_ERRORS,
+    RelayResult,
+    is_error_event,
+    relay,
+    sse_error_event,
+    stream_client_timeout,
+)
 from router.request import FlowRequest, completion_tokens, json_error
 from router.resume import StreamTranscript
 from router.telemetry import RequestLog, RequestRecord, RouterMetrics
@@ -64,8 +71,6 @@ RECORD_KEY = web.RequestKey("pdctl_record", RequestRecord)
 """Where a generation request keeps its :class:`RequestRecord` (``request[RECORD_KEY]``)."""
 ROUTE_HEADER = "X-Pdctl-Route"
 ROUTE_REASON_HEADER = "X-Pdctl-Route-Reason"
-UPSTREAM_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
-"""What a call to an instance raises when the instance cannot be reached or does not answer in time."""
 
 
 def add_route_headers(response: web.StreamResponse, rec: RequestRecord) -> None:
@@ -126,7 +131,7 @@ class RequestFlow:
         self._policy = policy
         self._now = now
         t = config.timeouts
-        self._stream_timeout = aiohttp.ClientTimeout(total=None, sock_connect=t.connect_s, sock_read=t.stream_idle_s)
+        self._stream_timeout = stream_client_timeout(t)
         self._prefill_timeout = prefill_client_timeout(config)
         self._unary_timeout = aiohttp.ClientTimeout(total=t.first_token_s, sock_connect=t.connect_s)
         self._tokenize_remotely = config.estimation.tokenizer == "instance"

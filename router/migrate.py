@@ -34,7 +34,14 @@ from router.config import RouterConfig
 from router.decide import Planner
 from router.pd import forwarded_headers
 from router.registry import Instance, InstanceRegistry
-from router.relay import RelayResult, is_error_event, relay, sse_error_event
+from router.relay import (
+    UPSTREAM_ERRORS,
+    RelayResult,
+    is_error_event,
+    relay,
+    sse_error_event,
+    stream_client_timeout,
+)
 from router.request import FlowRequest
 from router.resume import StreamTranscript, continuation_body, generation_over, stream_tail
 from router.telemetry import RouterMetrics
@@ -42,7 +49,6 @@ from router.telemetry import RouterMetrics
 __all__ = ["StreamMigrator"]
 
 _log = logging.getLogger("pdctl.router")
-_UPSTREAM_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 
 
 class StreamMigrator:
@@ -67,9 +73,8 @@ class StreamMigrator:
         self._now = now
         self._mark_failed = mark_failed
         self._fallback = fallback
-        t = config.timeouts
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=t.connect_s, sock_read=t.stream_idle_s)
-        self._first_token_s = t.first_token_s
+        self._timeout = stream_client_timeout(config.timeouts)
+        self._first_token_s = config.timeouts.first_token_s
 
     @property
     def enabled(self) -> bool:
@@ -194,7 +199,7 @@ class StreamMigrator:
             self._mark_failed(inst, "timeout")
             rec.error = f"decode {inst.id}: timed out on migration"
             return "failed"
-        except _UPSTREAM_ERRORS as exc:
+        except UPSTREAM_ERRORS as exc:
             self._mark_failed(inst, "connect")
             rec.error = f"decode {inst.id}: {type(exc).__name__} on migration"
             return "failed"

@@ -11,9 +11,28 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from aiohttp import ClientResponse, web
+from aiohttp import ClientError, ClientResponse, ClientTimeout, web
 
-__all__ = ["RelayResult", "error_body", "is_error_event", "relay", "sse_error_event"]
+from router.config import TimeoutsConfig
+
+__all__ = [
+    "UPSTREAM_ERRORS",
+    "RelayResult",
+    "error_body",
+    "is_error_event",
+    "relay",
+    "sse_error_event",
+    "stream_client_timeout",
+]
+
+UPSTREAM_ERRORS = (ClientError, OSError, TimeoutError)
+"""What a call to an instance raises when the instance cannot be reached or does not answer in time."""
+
+
+def stream_client_timeout(timeouts: TimeoutsConfig) -> ClientTimeout:
+    """The client timeout of a relayed stream: no total, a connect bound and the longest gap between chunks."""
+    return ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=timeouts.stream_idle_s)
+
 
 _DATA = b"data: "
 _ERROR_PREFIX = b'data: {"error"'
