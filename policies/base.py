@@ -9,7 +9,7 @@ clock; time arrives as ``context.now_s``. Whatever it returns then passes throug
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from policies.features import Observation, ObservationContext
@@ -53,6 +53,17 @@ class PolicyContext:
     def observation_context(self) -> ObservationContext:
         """The subset :func:`policies.features.build_observation` needs."""
         return ObservationContext(tenants=self.tenants, groups=self.groups, thresholds=self.current_thresholds)
+
+    def grouped(self) -> PolicyContext:
+        """This context without the tenants of no listed group (``self`` when every tenant has one).
+
+        A live policy file always carries the implicit ``default`` tenant (requests no tenant matches) in a group
+        named ``default``, which exists only when the file declares it. A policy that decides per tenant group has
+        no pools to size for such a tenant, and leaves its thresholds as they are.
+        """
+        names = {g.name for g in self.groups}
+        kept = tuple(t for t in self.tenants if t.group in names)
+        return self if len(kept) == len(self.tenants) else replace(self, tenants=kept)
 
     def group_of(self, tenant: str) -> str | None:
         """Name of the tenant group ``tenant`` belongs to, if any."""

@@ -133,9 +133,13 @@ class SetPolicy:
     def decide(self, observation: Observation, context: PolicyContext) -> ControlAction:
         """Decide from the window behind ``observation`` and the context, with the guard's masks applied.
 
+        Tenants of no listed group (the live policy file's implicit ``default`` tenant) are left out: the
+        action keeps their thresholds as they are (:meth:`PolicyContext.grouped`).
+
         Raises:
             ValueError: the context has more groups or tenants than the padding (one line).
         """
+        context = context.grouped()
         try:
             self.manifest.layout.check_fits(len(context.groups), len(context.tenants))
         except ValueError as exc:

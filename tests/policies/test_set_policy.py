@@ -354,3 +354,28 @@ def test_the_policy_spec_grammar_loads_set_artifacts_for_every_command(tmp_path:
     write_set_artifact(tmp_path / "bad", codec_hash="0" * 16)
     with pytest.raises(PolicySpecError, match=r"codec_hash: artifact has '0000000000000000'"):
         load_policy(f"learned:{tmp_path / 'bad'}", base)
+
+
+def test_a_live_policy_files_implicit_default_tenant_is_left_as_it_is() -> None:
+    """A resolved policy file adds the ``default`` tenant in a group ``default`` no file declares; the shipped set
+    policy decides for the declared tenants and leaves ``default``'s thresholds alone (it used to raise every tick,
+    so on a live controller ``learned:default`` never acted and its watchdog's fallback decided instead)."""
+    from pdctl.demo.config import DEFAULT_POLICY_FILE
+    from policies.policy_file import load_policy_file, resolve_policy
+
+    base = resolve_policy(load_policy_file(DEFAULT_POLICY_FILE), str(DEFAULT_POLICY_FILE))
+    tenants = tuple(tp.tenant for tp in base.tenants.values())
+    groups = tuple(base.groups.values())
+    assert "default" in {t.name for t in tenants}
+    assert "default" not in {g.name for g in groups}
+    pools = {"interactive": PoolTargets(2, 6)}
+    thresholds = {name: tp.thresholds for name, tp in base.tenants.items()}
+    context = PolicyContext(tenants, groups, pools, thresholds, base_thresholds=thresholds)
+    window = _window(
+        {"interactive": _group_window(2, 6)}, {t.name: _tenant_window(2.0) for t in tenants if t.name != "default"}
+    )
+    policy = load_learned(LEARNED / "generalist-family-warm-policy")
+    assert isinstance(policy, SetPolicy)
+    action = policy.decide(build_observation(window, context.observation_context()), context)
+    assert set(action.thresholds) == {"chatbot", "rag"}
+    assert set(action.pools) <= {"interactive"}
