@@ -24,7 +24,9 @@ rate or its FLOPs at the measured square-GEMM rate, whichever is slower. The ste
 ``elementwise``
     the memory-bound work between the GEMMs (:func:`elementwise_bytes_per_token`: two RMSNorms, two residual
     adds, SiLU-and-multiply, the q/k/v layout copies and the K/V cache write of an unfused PyTorch layer) at a
-    fraction (:attr:`StepOverheads.elementwise_bandwidth_frac`) of the measured device-copy bandwidth.
+    fraction (:attr:`StepOverheads.elementwise_bandwidth_frac`) of the measured device-copy bandwidth (per op
+    in :mod:`env.perf.elementwise`; without a whole-step fit, the fraction a folder's ``elementwise.csv`` gives,
+    :meth:`StepOverheads.operator_only_for`).
 ``launch``
     ``L x`` :attr:`StepOverheads.layer_overhead_s`: the launch gaps and minimum durations of a layer's ~27
     kernels inside a CUDA graph (fitted: 44 us, about 1.6 us a kernel; a quarter of a batch-1 decode step).
