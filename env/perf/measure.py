@@ -130,9 +130,11 @@ def _elementwise_calls(spec: ModelSpec, tp: int, m: int, device: torch.device) -
 
     Each call is the unfused PyTorch operation :mod:`env.perf.elementwise` counts, on inputs shaped as in a
     layer: the SiLU gate and up halves are views into the fused gate/up output, q a view into the fused QKV
-    output, the attention output heads-first, the K/V cache heads-first and contiguous.
+    output, the attention output heads-first, the K/V cache heads-first and contiguous. The two layout copies
+    always copy (``clone``): at one token PyTorch would return a view of a size-1 transpose, but the bytes are
+    counted, so the kernel is timed.
     """
-    bf16, fp32 = torch.bfloat16, torch.float32
+    bf16, fp32, dense = torch.bfloat16, torch.float32, torch.contiguous_format
     d, hd, ffn = spec.hidden_size, spec.head_dim, spec.ffn_size // tp
     q_heads, kv_heads = spec.num_q_heads // tp, max(spec.num_kv_heads // tp, 1)
 
@@ -158,8 +160,8 @@ def _elementwise_calls(spec: ModelSpec, tp: int, m: int, device: torch.device) -
         "residual_add": lambda: x + residual,
         "silu": lambda: F.silu(gate),
         "silu_mul": lambda: act * up,
-        "q_copy": lambda: q.transpose(0, 1).contiguous(),
-        "attn_out_copy": lambda: attn_out.transpose(1, 2).reshape(m, q_heads * hd),
+        "q_copy": lambda: q.transpose(0, 1).clone(memory_format=dense),
+        "attn_out_copy": lambda: attn_out.transpose(1, 2).clone(memory_format=dense).view(m, q_heads * hd),
         "kv_cache_write": lambda: cache.copy_(k.transpose(0, 1)),
     }
 
