@@ -1,12 +1,15 @@
 """Measure the operator timings of one Llama-shaped model on this machine and write a profile folder.
 
 The folder has the format :func:`env.perf.profile.load_operator_profile` reads (``env.txt``, ``ceilings.csv``,
-``gemm.csv``, ``attn_prefill.csv``, ``attn_decode.csv``) plus the ``config.json`` of the architecture measured.
-Method: every operator is timed alone, eagerly, as the median of CUDA-event intervals after warm-up calls
-(``time.perf_counter`` on a CPU); linear layers are ``x @ W`` at the TP shard's shape over token counts
-1 ... 16 Ki; attention is PyTorch's ``scaled_dot_product_attention`` with grouped KV heads (causal over one
-sequence for prefill, one query token against contiguous K/V caches for decode); the ceilings are a 2 GiB
-device copy, pinned host<->device copies and a square bf16 GEMM.
+``gemm.csv``, ``attn_prefill.csv``, ``attn_decode.csv``, ``elementwise.csv``) plus the ``config.json`` of the
+architecture measured. Method: every operator is timed alone, eagerly, as the median of CUDA-event intervals
+after warm-up calls (``time.perf_counter`` on a CPU); linear layers are ``x @ W`` at the TP shard's shape over
+token counts 1 ... 16 Ki; attention is PyTorch's ``scaled_dot_product_attention`` with grouped KV heads (causal
+over one sequence for prefill, one query token against contiguous K/V caches for decode); the element-wise
+kernels of one layer are the unfused PyTorch calls :mod:`env.perf.elementwise` lists, on bf16 activations (also
+on a CPU) at the TP shard's widths over token counts 1 ... 16 Ki, each written with the bytes that module counts
+for it; the ceilings are a 2 GiB device copy, pinned host<->device copies and a square bf16 GEMM. ``tables``
+(``--only``) measures a subset of :data:`TABLES` (``elementwise`` alone takes well under a minute on a GPU).
 
 ``tiny`` swaps in a 2-layer stand-in model, small grids and float32 on the CPU, so the whole path runs in seconds
 without a GPU (the folder then describes that stand-in, and its ``config.json`` says so).
@@ -20,7 +23,7 @@ import csv
 import json
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
@@ -30,14 +33,21 @@ from typing import Any, TextIO
 import torch
 import torch.nn.functional as F
 
-from env.perf.profile import ModelSpec
+from env.perf.elementwise import ELEMENTWISE_OPS
+from env.perf.profile import ELEMENTWISE_FILE, ModelSpec
 
-__all__ = ["Grid", "measure_profile"]
+__all__ = ["TABLES", "Grid", "measure_profile"]
+
+TABLES = ("ceilings", "gemm", "attention", "elementwise")
+"""What :func:`measure_profile` can measure (``attention`` writes both attention files)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Grid:
-    """What is measured: token counts of the linear layers, prefill lengths, decode batches and contexts."""
+    """What is measured: token counts of the linear layers, prefill lengths, decode batches and contexts, ...
+
+    ... the sizes of the ceilings, the timer's repetitions, and the token counts of the element-wise kernels.
+    """
 
     gemm_tokens: tuple[int, ...] = tuple(2**i for i in range(15))
     prefill_tokens: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -48,9 +58,12 @@ class Grid:
     square_gemm: int = 8192
     reps: int = 20
     warmup: int = 3
+    elementwise_tokens: tuple[int, ...] = (1, 16, 256, 1024, 4096, 16384)
 
 
-TINY_GRID = Grid((1, 16, 256), (64, 256), (1, 4), (64, 256), 1 << 21, 1 << 20, 256, 5, 1)
+TINY_GRID = Grid(
+    (1, 16, 256), (64, 256), (1, 4), (64, 256), 1 << 21, 1 << 20, 256, 5, 1, elementwise_tokens=(1, 16, 256, 1024)
+)
 TINY_MODEL = ModelSpec("tiny", 2, 256, 4, 2, 64, 512, 1000)
 
 
@@ -109,6 +122,47 @@ def _linear_shapes(spec: ModelSpec, tp: int) -> dict[str, tuple[int, int]]:
         "gate_up": (d, 2 * spec.ffn_size // tp),
         "down": (spec.ffn_size // tp, d),
         "lm_head": (d, spec.vocab_size // tp),
+    }
+
+
+def _elementwise_calls(spec: ModelSpec, tp: int, m: int, device: torch.device) -> dict[str, Callable[[], object]]:
+    """``op -> call`` of one layer's element-wise kernels over ``m`` tokens at the TP shard's widths (bf16).
+
+    Each call is the unfused PyTorch operation :mod:`env.perf.elementwise` counts, on inputs shaped as in a
+    layer: the SiLU gate and up halves are views into the fused gate/up output, q a view into the fused QKV
+    output, the attention output heads-first, the K/V cache heads-first and contiguous. The two layout copies
+    always copy (``clone``): at one token PyTorch would return a view of a size-1 transpose, but the bytes are
+    counted, so the kernel is timed.
+    """
+    bf16, fp32, dense = torch.bfloat16, torch.float32, torch.contiguous_format
+    d, hd, ffn = spec.hidden_size, spec.head_dim, spec.ffn_size // tp
+    q_heads, kv_heads = spec.num_q_heads // tp, max(spec.num_kv_heads // tp, 1)
+
+    def rand(*shape: int, dtype: torch.dtype = bf16) -> torch.Tensor:
+        return torch.randn(*shape, dtype=dtype, device=device)
+
+    x, residual, weight = rand(m, d), rand(m, d), rand(d)
+    xf, inv_rms = rand(m, d, dtype=fp32), rand(m, 1, dtype=fp32)
+    gate_up, act = rand(m, 2 * ffn), rand(m, ffn)
+    gate, up = gate_up[:, :ffn], gate_up[:, ffn:]
+    qkv = rand(m, (q_heads + 2 * kv_heads) * hd)
+    q = qkv[:, : q_heads * hd].view(m, q_heads, hd)
+    k = qkv[:, q_heads * hd : (q_heads + kv_heads) * hd].view(m, kv_heads, hd)
+    attn_out = rand(1, q_heads, m, hd)
+    cache = torch.empty(kv_heads, m, hd, dtype=bf16, device=device)
+    return {
+        "rmsnorm_cast_fp32": lambda: x.to(fp32),
+        "rmsnorm_square": lambda: xf.pow(2),
+        "rmsnorm_mean": lambda: xf.mean(-1, keepdim=True),
+        "rmsnorm_scale": lambda: xf * inv_rms,
+        "rmsnorm_cast_bf16": lambda: xf.to(bf16),
+        "rmsnorm_weight": lambda: weight * x,
+        "residual_add": lambda: x + residual,
+        "silu": lambda: F.silu(gate),
+        "silu_mul": lambda: act * up,
+        "q_copy": lambda: q.transpose(0, 1).clone(memory_format=dense),
+        "attn_out_copy": lambda: attn_out.transpose(1, 2).clone(memory_format=dense).view(m, q_heads * hd),
+        "kv_cache_write": lambda: cache.copy_(k.transpose(0, 1)),
     }
 
 
@@ -210,6 +264,19 @@ class _Session:
                                    f"{kv_bytes / seconds / 1e9:.1f}")  # fmt: skip
                 self.note(f"decode attention tp{tp} done")
 
+    def elementwise(self, spec: ModelSpec, degrees: list[int]) -> None:
+        with _table(self.out / ELEMENTWISE_FILE, ["model", "tp", "op", "m", "bytes", "ms"]) as row:
+            for tp in degrees:
+                for m in self.grid.elementwise_tokens:
+                    calls = _elementwise_calls(spec, tp, m, self.device)
+                    if set(calls) != {op.name for op in ELEMENTWISE_OPS}:
+                        raise RuntimeError("measure.py times other element-wise ops than env/perf/elementwise.py")
+                    for op in ELEMENTWISE_OPS:
+                        seconds = self.timer(calls[op.name])
+                        nbytes = round(m * op.bytes_per_token(spec, tp))
+                        row(spec.name, tp, op.name, m, nbytes, f"{seconds * 1e3:.5f}")
+                self.note(f"element-wise tp{tp} done")
+
 
 def _write_config(spec: ModelSpec, path: Path) -> None:
     config = {
@@ -225,15 +292,26 @@ def _write_config(spec: ModelSpec, path: Path) -> None:
 
 
 def measure_profile(
-    spec: ModelSpec, tp: int, out: str | Path, *, tiny: bool = False, log: Callable[[str], object] = print
+    spec: ModelSpec,
+    tp: int,
+    out: str | Path,
+    *,
+    tiny: bool = False,
+    log: Callable[[str], object] = print,
+    tables: Collection[str] = TABLES,
 ) -> Path:
     """Measure ``spec``'s operators at TP 1 and ``tp`` and write a profile folder to ``out``; returns ``out``.
 
+    ``tables`` chooses what is measured (:data:`TABLES`); ``env.txt`` and ``config.json`` are always written.
+
     Raises:
         RuntimeError: no CUDA device and not ``tiny``.
-        ValueError: ``tp`` does not divide the model's heads or MLP width.
+        ValueError: ``tp`` does not divide the model's heads or MLP width, or an unknown table.
         OSError: the folder cannot be written.
     """
+    unknown = sorted(set(tables) - set(TABLES))
+    if unknown or not tables:
+        raise ValueError(f"--only {','.join(unknown) or '(nothing)'}: choose from {', '.join(TABLES)}")
     measured = replace(TINY_MODEL, name=spec.name) if tiny else spec
     if measured.num_q_heads % tp or measured.ffn_size % tp:
         raise ValueError(f"--tp {tp} does not divide {measured.num_q_heads} heads and MLP width {measured.ffn_size}")
@@ -244,9 +322,14 @@ def measure_profile(
     degrees = sorted({1, tp})
     session.env()
     with torch.inference_mode():
-        session.ceilings()
-        session.gemm(measured, degrees)
-        session.attention(measured, degrees)
+        if "ceilings" in tables:
+            session.ceilings()
+        if "gemm" in tables:
+            session.gemm(measured, degrees)
+        if "attention" in tables:
+            session.attention(measured, degrees)
+        if "elementwise" in tables:
+            session.elementwise(measured, degrees)
     _write_config(measured, folder / "config.json")
     session.note(f"wrote {folder}")
     return folder

@@ -24,7 +24,9 @@ rate or its FLOPs at the measured square-GEMM rate, whichever is slower. The ste
 ``elementwise``
     the memory-bound work between the GEMMs (:func:`elementwise_bytes_per_token`: two RMSNorms, two residual
     adds, SiLU-and-multiply, the q/k/v layout copies and the K/V cache write of an unfused PyTorch layer) at a
-    fraction (:attr:`StepOverheads.elementwise_bandwidth_frac`) of the measured device-copy bandwidth.
+    fraction (:attr:`StepOverheads.elementwise_bandwidth_frac`) of the measured device-copy bandwidth (per op
+    in :mod:`env.perf.elementwise`; without a whole-step fit, the fraction a folder's ``elementwise.csv`` gives,
+    :meth:`StepOverheads.operator_only_for`).
 ``launch``
     ``L x`` :attr:`StepOverheads.layer_overhead_s`: the launch gaps and minimum durations of a layer's ~27
     kernels inside a CUDA graph (fitted: 44 us, about 1.6 us a kernel; a quarter of a batch-1 decode step).
@@ -52,12 +54,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
 
 from env.perf.derive import fit_affine_in_bytes, gemm_bytes
+from env.perf.elementwise import ELEMENTWISE_OPS
 from env.perf.profile import FloatArray, GemmTable, ModelSpec, OperatorProfile
 
 __all__ = [
@@ -93,15 +96,13 @@ GRAPH_KERNEL_PRIOR_S = 2e-6
 def elementwise_bytes_per_token(model: ModelSpec, tp: int = 1) -> float:
     """Bytes of element-wise traffic per token per layer on one GPU (unfused PyTorch, bf16 activations).
 
-    Each RMSNorm reads/writes ``36 d`` bytes (cast to fp32 6d, square 8d, mean 4d, scale 8d, cast back 6d, weight
+    The sum over :data:`env.perf.elementwise.ELEMENTWISE_OPS` (the one place each op's bytes are defined): each
+    RMSNorm reads/writes ``36 d`` bytes (cast to fp32 6d, square 8d, mean 4d, scale 8d, cast back 6d, weight
     4d), each residual add ``6 d``; SiLU-and-multiply ``10 d_ff / tp`` (SiLU 4, multiply 6); the q layout copy and
     the attention-output copy ``8 d_q / tp``; the K/V cache write ``8 d_kv / tp``. Norms and residual adds act on
     the full hidden state on every GPU of a TP group.
     """
-    d = model.hidden_size
-    q = model.num_q_heads * model.head_dim / tp
-    kv = max(model.num_kv_heads // tp, 1) * model.head_dim
-    return 2 * 36 * d + 2 * 6 * d + 10 * model.ffn_size / tp + 8 * q + 8 * kv
+    return sum(op.calls_per_layer * op.bytes_per_token(model, tp) for op in ELEMENTWISE_OPS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +118,8 @@ class StepOverheads:
         allreduce_bandwidth_bytes_per_s: its bus-limited rate (default: :data:`TP_ALLREDUCE_ASSUMPTION`).
 
     The defaults are fitted on the Llama-3-8B whole-step timings on H200 (``pdctl perf check --fit``);
-    :meth:`operator_only` gives the priors used when no whole-step timing exists.
+    :meth:`operator_only` gives the priors used when no whole-step timing exists, :meth:`operator_only_for`
+    the same with the element-wise rate a profile's ``elementwise.csv`` gives.
     """
 
     step_overhead_s: float = 0.0
@@ -131,6 +133,18 @@ class StepOverheads:
     def operator_only(cls) -> StepOverheads:
         """Priors, not fitted on any whole-step timing: 27 kernels x 2 us, the copy ceiling, the kernel's time."""
         return cls(0.0, KERNELS_PER_LAYER * GRAPH_KERNEL_PRIOR_S, 1.0, 1.0)
+
+    @classmethod
+    def operator_only_for(cls, profile: OperatorProfile) -> StepOverheads:
+        """:meth:`operator_only`, with the element-wise rate the profile's ``elementwise.csv`` gives when it has one.
+
+        Still no whole-step timing: the rate is derived from the folder's own operator rows
+        (:attr:`OperatorProfile.elementwise_bandwidth_frac`); without them the copy-ceiling prior 1.0 stays.
+        """
+        priors = cls.operator_only()
+        if profile.elementwise_bandwidth_frac is None:
+            return priors
+        return replace(priors, elementwise_bandwidth_frac=profile.elementwise_bandwidth_frac)
 
 
 @dataclass(frozen=True, slots=True)

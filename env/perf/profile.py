@@ -20,9 +20,17 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from env.perf.derive import MEMORY_BOUND_MAX_TOKENS, fit_affine_in_bytes, gemm_bytes
+from env.perf.derive import (
+    ELEMENTWISE_MIN_TOKENS,
+    MEMORY_BOUND_MAX_TOKENS,
+    elementwise_bandwidth_frac,
+    fit_affine_in_bytes,
+    gemm_bytes,
+)
+from env.perf.elementwise import elementwise_op
 
 __all__ = [
+    "ELEMENTWISE_FILE",
     "MODELS",
     "GemmTable",
     "ModelSpec",
@@ -35,6 +43,9 @@ __all__ = [
 ]
 
 FloatArray = npt.NDArray[np.float64]
+
+ELEMENTWISE_FILE = "elementwise.csv"
+"""Optional table of a folder: the element-wise kernels of one layer (``model, tp, op, m, bytes, ms``)."""
 
 
 class ProfileError(ValueError):
@@ -111,6 +122,9 @@ class OperatorProfile:
             :mod:`env.perf.derive`; from every model's memory-bound GEMM rows in the file).
         stream_bandwidth_bytes_per_s: the rate memory-bound GEMMs stream weights (derived alike).
         attn_decode_kv_heads: ``tp -> KV heads per GPU`` of the decode-attention rows.
+        elementwise_bandwidth_frac: fraction of the copy rate the element-wise kernels reach, derived from the
+            model's rows of ``elementwise.csv`` (see :mod:`env.perf.derive`); ``None`` without that file, or
+            without rows of at least :data:`~env.perf.derive.ELEMENTWISE_MIN_TOKENS` tokens for this model.
         source: where the profile was read from.
     """
 
@@ -126,6 +140,7 @@ class OperatorProfile:
     launch_overhead_s: float = 0.0
     stream_bandwidth_bytes_per_s: float = math.inf
     attn_decode_kv_heads: dict[int, int] = field(default_factory=dict)
+    elementwise_bandwidth_frac: float | None = None
     source: str = ""
     tp_degrees: tuple[int, ...] = field(default=())
 
@@ -210,6 +225,45 @@ def _num(row: dict[str, str], key: str, path: Path) -> float:
         raise ProfileError(f"{path}: column {key!r} missing or not a number in row {row}") from exc
 
 
+def _elementwise_frac(path: Path, model_key: str, model: ModelSpec, launch_s: float, copy_bw: float) -> float | None:
+    """The element-wise rate from ``elementwise.csv`` (``None`` if absent or no bandwidth-bound rows of the model).
+
+    Every row of the model is checked: a known ``op``, positive ``tp``, ``m`` and ``ms``, and ``bytes`` equal to
+    the op's counted traffic (:mod:`env.perf.elementwise`) at that ``m`` and TP shard.
+    """
+    file = path / ELEMENTWISE_FILE
+    if not file.is_file():
+        return None
+    nbytes: list[float] = []
+    time_s: list[float] = []
+    calls: list[int] = []
+    for row in _read_rows(path, ELEMENTWISE_FILE):
+        if row.get("model") != model_key:
+            continue
+        try:
+            op = elementwise_op(row.get("op") or "")
+        except KeyError as exc:
+            raise ProfileError(f"{file}: column 'op': {exc.args[0]} in row {row}") from None
+        values = {key: _num(row, key, file) for key in ("tp", "m", "bytes", "ms")}
+        for key, value in values.items():
+            if value <= 0:
+                raise ProfileError(f"{file}: column {key!r} must be positive in row {row}")
+        tp, m = int(values["tp"]), values["m"]
+        counted = round(m * op.bytes_per_token(model, tp))
+        if abs(values["bytes"] - counted) > 0.5:
+            raise ProfileError(
+                f"{file}: column 'bytes' is {values['bytes']:.0f}, not the {counted} bytes {op.name} moves at "
+                f"m={m:.0f}, tp={tp} for {model_key} (env/perf/elementwise.py) in row {row}"
+            )
+        if m >= ELEMENTWISE_MIN_TOKENS:
+            nbytes.append(values["bytes"])
+            time_s.append(values["ms"] / 1000.0)
+            calls.append(op.calls_per_layer)
+    if not nbytes:
+        return None
+    return elementwise_bandwidth_frac(nbytes, time_s, calls, launch_s, copy_bw)
+
+
 def _resolve_directory(directory: str | Path) -> Path:
     path = Path(directory)
     if path.is_dir():
@@ -286,6 +340,10 @@ def load_operator_profile(
 ) -> OperatorProfile:
     """Load the measured operator profile ``name`` (e.g. ``h200-llama3-8b``).
 
+    Reads ``gemm.csv`` (or ``gemm_file``), ``attn_prefill.csv``, ``attn_decode.csv``, ``ceilings.csv``,
+    ``env.txt`` and, when present, ``elementwise.csv`` (older folders lack it; see
+    :attr:`OperatorProfile.elementwise_bandwidth_frac`). A malformed file raises :class:`ProfileError` naming it.
+
     Args:
         name: profile name ``<directory>-<size>``; with ``directory`` given, only its model part is used. With
             ``model_config``, the value of the CSVs' ``model`` column to read (a folder measuring one model may
@@ -344,6 +402,7 @@ def load_operator_profile(
 
     copy_bw, peak, host_bw = _ceilings(path)
     gpu, memory_bytes = _gpu(path)
+    elementwise_frac = _elementwise_frac(path, model_key, model, launch_s, copy_bw)
 
     return OperatorProfile(
         gpu=gpu,
@@ -363,6 +422,7 @@ def load_operator_profile(
         launch_overhead_s=launch_s,
         stream_bandwidth_bytes_per_s=stream_bw,
         attn_decode_kv_heads=kv_heads,
+        elementwise_bandwidth_frac=elementwise_frac,
         source=str(path),
         tp_degrees=tuple(sorted({tp for tp, _ in gemm})),
     )

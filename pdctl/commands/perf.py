@@ -92,8 +92,11 @@ def _check(
         raise _fail("check", exc) from None
     if not points:
         raise _fail("check", f"{loaded.source}: no e2e_*.csv rows for model {loaded.model.name}")
-    overheads = StepOverheads.operator_only() if operator_only else StepOverheads()
-    label = "operator-only priors" if operator_only else "shipped constants"
+    overheads = StepOverheads.operator_only_for(loaded) if operator_only else StepOverheads()
+    label = "shipped constants"
+    if operator_only:
+        derived = loaded.elementwise_bandwidth_frac is not None
+        label = "operator-only: priors" + (", element-wise rate from elementwise.csv" if derived else "")
     if fit:
         try:
             overheads = fit_overheads(loaded, points, tp)
@@ -151,7 +154,9 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         model_config: Path | None = config_opt,
         tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree the e2e files were measured at."),
         fit: bool = typer.Option(False, "--fit", help="Fit the three constants on these points first."),
-        operator_only: bool = typer.Option(False, "--operator-only", help="Use the priors, not the fitted constants."),
+        operator_only: bool = typer.Option(
+            False, "--operator-only", help="No e2e fit: priors (element-wise rate from elementwise.csv)."
+        ),
     ) -> None:
         """Compare predicted with measured whole steps (e2e_*.csv in the profile folder): per point and per file."""
         _check(profile, profile_dir, model_config, tp, fit, operator_only)
@@ -163,6 +168,9 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         out: Path = typer.Option(..., "--out", help="Folder to write (created)."),  # noqa: B008
         tiny: bool = typer.Option(False, "--tiny", help="A tiny stand-in model and grid: checks the logic on a CPU."),
         model_name: str | None = typer.Option(None, "--model-name", help="Model column (default: config's folder)."),
+        only: list[str] | None = typer.Option(  # noqa: B008
+            None, "--only", help="Measure only these tables (repeatable): ceilings, gemm, attention, elementwise."
+        ),
     ) -> None:
         """Measure the operator timings of one model on this machine's GPU and write a profile folder."""
         from env.perf.profile import ProfileError, model_spec_from_hf_config
@@ -171,10 +179,12 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
             spec = model_spec_from_hf_config(model_config, model_name)
         except ProfileError as exc:
             raise _fail("measure", exc) from None
-        from env.perf.measure import measure_profile
+        from env.perf.measure import TABLES, measure_profile
 
         try:
-            written = measure_profile(spec, tp, out, tiny=tiny, log=lambda line: typer.echo(line, err=True))
+            written = measure_profile(
+                spec, tp, out, tiny=tiny, log=lambda line: typer.echo(line, err=True), tables=only or TABLES
+            )
         except (OSError, RuntimeError, ValueError) as exc:
             raise _fail("measure", exc) from None
         typer.echo(str(written))

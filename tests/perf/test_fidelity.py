@@ -69,10 +69,11 @@ def test_held_out_files_are_predicted_by_constants_fitted_on_the_others() -> Non
 def test_operator_only_priors_without_any_e2e_fit() -> None:
     """No whole-step timing used: derived dispatch latency and roofline, 27 kernels x 2 us, the copy ceiling.
 
-    Falls short of the 5 % target (median 5.7 %; see the profile README): the element-wise rate and the
-    whole-model attention cost are what the e2e fit adds.
+    Falls short of the 5 % target (median 5.7 %; see the profile README): the shipped folder has no
+    ``elementwise.csv`` yet, so the element-wise rate is the 1.0 prior; with that table measured on the H200
+    (the README's device command) ``operator_only_for`` derives it and the bound here can drop to 5 %.
     """
-    median, worst = _median_worst(profile(), list(points()), StepOverheads.operator_only())
+    median, worst = _median_worst(profile(), list(points()), StepOverheads.operator_only_for(profile()))
     assert median <= 0.07
     assert worst <= 0.15
 
