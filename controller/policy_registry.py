@@ -153,7 +153,9 @@ class RegistryPolicy:
             policy = load_artifact_dir(local, f"{self.spec}#v{target.version}")
         except (ValueError, OSError) as exc:
             return self._failed(f"version {target.version}: {str(exc).splitlines()[0]}")
-        problem = layout_problem(policy, list(self.base.tenants), list(self.base.groups))
+        problem = layout_problem(
+            policy, list(self.base.tenants), list(self.base.groups), self.base.grouped_tenant_names()
+        )
         if problem is not None:  # it would fail (or drive tenants it never saw) on every tick: refused now
             return self._failed(f"version {target.version}: {problem}")
         with self._lock:

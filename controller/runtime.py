@@ -131,7 +131,7 @@ def build_runtime(config: ControllerConfig, generation: int, started_s: float) -
         raise RuntimeConfigError(str(exc)) from None
     groups = tuple(base.groups.values())
     tenants = tuple(tp.tenant for tp in base.tenants.values())
-    layout = layout_problem(policy, [t.name for t in tenants], [g.name for g in groups])
+    layout = layout_problem(policy, [t.name for t in tenants], [g.name for g in groups], base.grouped_tenant_names())
     if layout is not None:
         raise RuntimeConfigError(layout)
     group_names = {g.name for g in groups}

@@ -301,24 +301,30 @@ def fixed_layout(policy: Policy) -> ObservationLayout | None:
     return None
 
 
-def layout_problem(policy: Policy, tenants: Sequence[str], groups: Sequence[str]) -> str | None:
+def layout_problem(
+    policy: Policy, tenants: Sequence[str], groups: Sequence[str], grouped_tenants: Sequence[str] | None = None
+) -> str | None:
     """Why a learned policy cannot drive these live ``tenants`` and ``groups`` (one line), ``None`` if it can.
 
     A slot policy must hold them (``max_groups`` / ``max_tenants``) and, when its manifest names the tenants
     and groups it was trained on in slot order, see exactly those: with other or fewer tenants it would drive
-    tenants it never saw. A set policy must hold them. Rule policies fit anything. Checked at load time, so a
-    policy that would fail on every tick is refused before the first.
+    tenants it never saw. A set policy must hold ``grouped_tenants`` (default ``tenants``): the tenants of a listed
+    group, the only ones it decides for (:meth:`policies.base.PolicyContext.grouped`). Rule policies fit anything.
+    Checked at load time, so a policy that would fail on every tick is refused before the first.
     """
     if isinstance(policy, _Labelled):
-        return layout_problem(policy.inner, tenants, groups)
+        return layout_problem(policy.inner, tenants, groups, grouped_tenants)
     if isinstance(policy, SloWatchdog):
-        return layout_problem(policy.primary, tenants, groups) or layout_problem(policy.fallback, tenants, groups)
+        return layout_problem(policy.primary, tenants, groups, grouped_tenants) or layout_problem(
+            policy.fallback, tenants, groups, grouped_tenants
+        )
     if isinstance(policy, SetPolicy):
         layout = policy.manifest.layout
-        if len(groups) > layout.max_groups or len(tenants) > layout.max_tenants:
+        decided = tenants if grouped_tenants is None else grouped_tenants
+        if len(groups) > layout.max_groups or len(decided) > layout.max_tenants:
             return (
                 f"policy {policy.policy_id}: its layout holds {layout.max_groups} groups / {layout.max_tenants} "
-                f"tenants, the policy file has {len(groups)} / {len(tenants)}"
+                f"tenants, the policy file has {len(groups)} / {len(decided)}"
             )
         return None
     if not isinstance(policy, LearnedPolicy):

@@ -60,6 +60,13 @@ class ResolvedPolicy:
             return self.models[model]
         return DEFAULT_TENANT
 
+    def grouped_tenant_names(self) -> list[str]:
+        """Tenants that belong to a declared group, in file order: the ones a per-group policy decides for.
+
+        The implicit ``default`` tenant is among them only when the file declares a group named ``default``.
+        """
+        return [name for name, tp in self.tenants.items() if tp.tenant.group in self.groups]
+
     def thresholds_for(self, tenant: str) -> RoutingThresholds:
         """Thresholds of ``tenant``, or of the default tenant when unknown."""
         policy = self.tenants.get(tenant) or self.tenants[DEFAULT_TENANT]

@@ -379,3 +379,15 @@ def test_a_live_policy_files_implicit_default_tenant_is_left_as_it_is() -> None:
     action = policy.decide(build_observation(window, context.observation_context()), context)
     assert set(action.thresholds) == {"chatbot", "rag"}
     assert set(action.pools) <= {"interactive"}
+
+
+def test_the_load_time_layout_check_counts_only_the_tenants_a_set_policy_decides_for() -> None:
+    """Six declared tenants plus the implicit ``default`` one fit the six-tenant layout: default is never decided."""
+    from policies.registry import layout_problem
+
+    policy = load_learned(LEARNED / "generalist-family-warm-policy")
+    declared = [f"t{i}" for i in range(6)]
+    assert layout_problem(policy, [*declared, "default"], ["g0"], declared) is None
+    refused = layout_problem(policy, [*declared, "default"], ["g0"], [*declared, "t6"])
+    assert refused is not None
+    assert refused.endswith("the policy file has 1 / 7")
