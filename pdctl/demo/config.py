@@ -44,7 +44,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SCENARIO = REPO_ROOT / "experiments" / "scenarios" / "demo-rag-surge-8.yaml"
 DEFAULT_POLICY_FILE = Path(__file__).resolve().parent / "demo-policy.yaml"
 CHAMPION_SPEC = "registry:models:/pdctl-generalist@champion"
-FALLBACK_POLICY_SPEC = "baseline:queue_kv"
+FALLBACK_POLICY_SPEC = "learned:default"
 ADMIN_TOKEN_ENV = "PDCTL_ADMIN_TOKEN"
 
 
