@@ -49,6 +49,8 @@ _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.0
                  0.5, 0.75, 1.0, 2.5, 5.0, 10.0)  # fmt: skip
 _E2E_BUCKETS = (0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
                 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+_PROMPT_TOKEN_BUCKETS = (16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 1536.0, 2048.0, 3072.0, 4096.0, 6144.0, 8192.0,
+                         12288.0, 16384.0, 24576.0, 32768.0, 65536.0, 131072.0, 262144.0)  # fmt: skip
 _STAGE_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                   30.0, 60.0, 300.0)  # fmt: skip
 
@@ -162,6 +164,15 @@ class RouterMetrics:
         self.prompt_tokens = Counter(
             "pdctl_router_prompt_tokens", "Estimated prompt tokens routed.", ("tenant", "route"), registry=registry
         )
+        self.request_prompt_tokens = Histogram(
+            "pdctl_router_request_prompt_tokens", "Estimated prompt tokens of each finished request.", tr,
+            buckets=_PROMPT_TOKEN_BUCKETS, registry=registry,
+        )  # fmt: skip
+        self.prefix_hit_tokens = Counter(
+            "pdctl_router_prefix_hit_tokens",
+            "Prompt tokens the chosen decode instance was estimated to hold in its prefix cache.", tr,
+            registry=registry,
+        )  # fmt: skip
         self.slo_met = Counter(
             "pdctl_router_slo_met", "Successful requests within their tenant's TTFT and TPOT objectives.", tr,
             registry=registry,
@@ -212,6 +223,8 @@ class RouterMetrics:
         outcome = "ok" if succeeded else "error"
         self.requests.labels(tenant, route, outcome).inc()
         self.prompt_tokens.labels(tenant, route).inc(rec.input_tokens)
+        self.request_prompt_tokens.labels(tenant, route).observe(rec.input_tokens)
+        self.prefix_hit_tokens.labels(tenant, route).inc(rec.prefix_hit_tokens)
         self.generation_tokens.labels(tenant, route).inc(rec.output_tokens)
 
 

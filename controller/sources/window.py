@@ -33,9 +33,10 @@ ROUTER_METRICS: Mapping[str, str] = {
 }
 """Router metrics read per tenant (``router/telemetry.py``): finished requests by ``tenant``, ``route`` and
 ``outcome`` (``ok``/``error``); client TTFT and per-request TPOT histograms (seconds); prompt and output
-tokens of finished requests (counters; means are token sums / request counts). Read when present, else
-left unknown: a per-request prompt-length histogram (p95 input), requests meeting the tenant's SLO
-(attainment, goodput) and prompt tokens served from the prefix cache."""
+tokens of finished requests (counters; means are token sums / request counts); a per-request prompt-length
+histogram (p95 input); requests meeting the tenant's SLO (attainment, goodput); and the prompt tokens the router
+estimated the chosen decode instance held in its prefix cache (prefix-hit fraction). A series absent from the
+source (an older router) leaves its fields unknown."""
 
 INSTANCE_METRICS: Mapping[str, str] = {
     "queue_time": "vllm:request_queue_time_seconds",

@@ -21,7 +21,7 @@ from controller.sources.scrape import ScrapeReader
 from controller.sources.source import MetricSource
 from controller.sources.window import WindowBuilder
 from livestack.emulator.tokenizer import prompt_text
-from router.telemetry import _TPOT_BUCKETS, _TTFT_BUCKETS
+from router.telemetry import _PROMPT_TOKEN_BUCKETS, _TPOT_BUCKETS, _TTFT_BUCKETS
 from tests.controller.harness import prometheus, wait_until
 from tests.controller.stack import POLICY
 from tests.router.cluster import live_cluster, stream_request
@@ -121,10 +121,17 @@ async def test_prometheus_and_scraper_windows_agree(tmp_path: Path) -> None:
         assert sa.slo_attainment_frac == pytest.approx(sum(bool(r["slo_met"]) for r in ok) / len(ok), rel=1e-6)
         assert _close(sa.slo_attainment_frac, sb.slo_attainment_frac, rel=0.02, abs_=0.02)
         assert _close(sa.goodput_rps, sb.goodput_rps, rel=0.35)
-        # What neither source can know stays unknown in both.
-        for field in ("p95_input_tokens", "prefix_cache_hit_frac"):
-            assert getattr(sa, field) is None
-            assert getattr(sb, field) is None
+        # Prompt length p95 (a histogram, like the latencies) and the router's prefix-hit estimate, from both.
+        assert _close(sa.p95_input_tokens, sb.p95_input_tokens, rel=0.05) or (
+            _bucket_distance(sa.p95_input_tokens, sb.p95_input_tokens, _PROMPT_TOKEN_BUCKETS) <= 1
+        ), (sa.p95_input_tokens, sb.p95_input_tokens)
+        inputs = sorted(r["input_tokens"] for r in mine)
+        assert sa.p95_input_tokens is not None
+        true_p95 = float(inputs[int(0.95 * (len(inputs) - 1))])
+        assert _bucket_distance(sa.p95_input_tokens, true_p95, _PROMPT_TOKEN_BUCKETS) <= 1
+        hit_frac = sum(r["prefix_hit_tokens"] for r in mine) / sum(r["input_tokens"] for r in mine)
+        assert sa.prefix_cache_hit_frac == pytest.approx(hit_frac, rel=1e-6, abs=1e-9)
+        assert _close(sa.prefix_cache_hit_frac, sb.prefix_cache_hit_frac, rel=0.05, abs_=0.02)
     assert a.tenants["rag"].remote_prefill_frac is not None
     assert a.tenants["rag"].remote_prefill_frac > 0
     ga, gb = a.groups["interactive"], b.groups["interactive"]
