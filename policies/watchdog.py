@@ -26,6 +26,12 @@ back ever more rarely. The windows the fallback is answerable for are recorded a
 primary that **raises** trips the watchdog at once (no streak needed): the fallback decides that interval and
 the hold, and :attr:`WatchdogState.primary_error` names the exception.
 
+**Hand-back.** A hold is cut short when the fallback is doing no better: once it has decided
+``handback_windows`` windows after its first (which still carries the primary's backlog), and their mean attainment
+is not above the mean of the windows that tripped the watchdog plus ``fallback_margin_frac``, the primary decides
+again (its reason then ends ``[primary back: …]``). What the fallback achieved stays on record as evidence, so the
+same primary is not handed over again at that load. A primary that raised serves its whole hold.
+
 **Pools.** While the fallback decides, a group it asks no pool change for (no target, or the sizes running) is
 sent back to the split **relative to its budget** that ran at the watchdog's first decision: the share of the
 group's instances that prefilled then, applied to the group's current budget (the instances it ran then as a share
@@ -85,6 +91,10 @@ class WatchdogParams:
         min_evidence_windows: comparable fallback windows needed before the estimate replaces the floor
             (default 3).
         max_evidence_windows: fallback windows remembered, the oldest dropped first (default 512; bounds memory).
+        handback_windows: during a hold, once the fallback has decided this many windows (after its first, which
+            still carries the primary's backlog), hand control back early when their mean attainment is not above
+            the attainment of the windows that tripped the watchdog plus ``fallback_margin_frac``: the fallback is
+            doing no better, so holding only costs (default 3; 0 = always serve the whole hold).
     """
 
     min_attainment_frac: float = 0.5
@@ -96,6 +106,7 @@ class WatchdogParams:
     load_tolerance_frac: float = 0.25
     min_evidence_windows: int = 3
     max_evidence_windows: int = 512
+    handback_windows: int = 3
 
     def __post_init__(self) -> None:
         if not 0.0 < self.min_attainment_frac <= 1.0:
@@ -103,6 +114,8 @@ class WatchdogParams:
         for name in ("trigger_intervals", "hold_intervals", "max_hold_intervals", "min_evidence_windows"):
             if getattr(self, name) < 1:
                 raise ValueError(f"watchdog {name} must be >= 1, got {getattr(self, name)}")
+        if self.handback_windows < 0:
+            raise ValueError(f"watchdog handback_windows must be >= 0, got {self.handback_windows}")
         if self.backoff < 1.0:
             raise ValueError(f"watchdog backoff must be >= 1, got {self.backoff}")
         if not 0.0 <= self.fallback_margin_frac < 1.0:
@@ -246,6 +259,10 @@ class SloWatchdog:
         self._primary_decided_last = False
         self._fallback_decided_last = False
         self._evidence = FallbackRecord(self.params.max_evidence_windows)
+        self._streak_attainment: list[float] = []  # the failing windows of the current streak
+        self._tripped_at_frac: float | None = None  # their mean when the watchdog last tripped
+        self._hold_attainment: list[float] = []  # the fallback's windows in the current hold, after its first
+        self._hold_windows_seen = 0
 
     @property
     def policy_id(self) -> str:
@@ -262,11 +279,24 @@ class SloWatchdog:
         load = offered_load_rps_per_instance(observation, context)
         if self._fallback_decided_last and attainment is not None and load is not None:
             self._evidence.add(load, attainment)
+        if self._fallback_decided_last and attainment is not None:
+            self._hold_windows_seen += 1
+            if self._hold_windows_seen > 1:
+                self._hold_attainment.append(attainment)
         streak, hold, trips = s.failing_streak, s.hold_left_intervals, s.trips
         reason = ""
         tripped = False
         verdict: Verdict | None = None
-        if hold > 0:
+        handed_back = False
+        if hold > 0 and self._fallback_no_better():
+            handed_back = True
+            hold = 0
+            reason = (
+                f"primary back: fallback {self.fallback.policy_id} no better "
+                f"({sum(self._hold_attainment) / len(self._hold_attainment):.2f} over "
+                f"{len(self._hold_attainment)} windows, {self._tripped_at_frac:.2f} when the watchdog tripped)"
+            )
+        elif hold > 0:
             hold -= 1
             reason = f"watchdog: fallback {self.fallback.policy_id} (trip {trips}, {hold} intervals left)"
         else:
@@ -278,17 +308,19 @@ class SloWatchdog:
                     )
                 verdict = judge(attainment, estimate, p)
                 streak = streak + 1 if verdict.failing else 0
+                self._streak_attainment = [*self._streak_attainment, attainment] if verdict.failing else []
             if streak >= p.trigger_intervals and verdict is not None and attainment is not None:
                 trips += 1
                 tripped = True
                 hold = p.hold_for(trips) - 1
                 streak = 0
+                self._begin_hold()
                 reason = (
                     f"watchdog: tripped ({p.trigger_intervals} intervals below {verdict.describe(p)}, now "
                     f"{attainment:.2f}); fallback {self.fallback.policy_id} for {p.hold_for(trips)} intervals "
                     f"(trip {trips})"
                 )
-        in_fallback = tripped or s.hold_left_intervals > 0
+        in_fallback = tripped or (s.hold_left_intervals > 0 and not handed_back)
         self.state = WatchdogState(
             in_fallback,
             streak,
@@ -306,9 +338,13 @@ class SloWatchdog:
         self._fallback_decided_last = in_fallback
         if not in_fallback:
             try:
-                return self.primary.decide(observation, context)
+                decision = self.primary.decide(observation, context)
             except Exception as exc:  # a primary that raises is the clearest failure: the fallback decides now
                 reason = self._primary_raised(exc)
+            else:
+                if handed_back:  # say why the primary is back (not "watchdog: …", which marks fallback decisions)
+                    return replace(decision, reason=f"{decision.reason} [{reason}]" if decision.reason else reason)
+                return decision
         action = self.fallback.decide(observation, context)
         pools = self._restored(context)
         pools.update({g: t for g, t in action.pools.items() if t != context.current_pools.get(g)})
@@ -323,6 +359,7 @@ class SloWatchdog:
         """Trip at once on a primary's exception (no streak needed); the fallback's reason for this decision."""
         trips = self.state.trips + 1
         hold_intervals = self.params.hold_for(trips)
+        self._begin_hold(primary_raised=True)
         error = f"{type(exc).__name__}: {exc}"
         self.state = replace(
             self.state,
@@ -339,6 +376,28 @@ class SloWatchdog:
             f"watchdog: primary raised {error}; fallback {self.fallback.policy_id} for {hold_intervals} intervals "
             f"(trip {trips})"
         )
+
+    def _begin_hold(self, *, primary_raised: bool = False) -> None:
+        """Start a hold: remember the mean attainment of the windows that tripped the watchdog.
+
+        A primary that raised has no such windows: its hold is served whole.
+        """
+        streak = self._streak_attainment
+        if primary_raised or not streak:
+            self._tripped_at_frac = None
+        else:
+            self._tripped_at_frac = sum(streak) / len(streak)
+        self._streak_attainment = []
+        self._hold_attainment = []
+        self._hold_windows_seen = 0
+
+    def _fallback_no_better(self) -> bool:
+        """Whether the fallback's windows of this hold show it doing no better than the primary did (params)."""
+        n = self.params.handback_windows
+        windows = self._hold_attainment
+        if n == 0 or self._tripped_at_frac is None or len(windows) < n:
+            return False
+        return sum(windows) / len(windows) <= self._tripped_at_frac + self.params.fallback_margin_frac
 
     @staticmethod
     def _splits(context: PolicyContext) -> dict[str, BudgetSplit]:

@@ -177,6 +177,7 @@ def test_a_fallback_with_its_own_pool_opinion_keeps_it() -> None:
         ("load_tolerance_frac", 0.0, "watchdog load_tolerance_frac must be > 0, got 0.0"),
         ("min_evidence_windows", 0, "watchdog min_evidence_windows must be >= 1, got 0"),
         ("max_evidence_windows", 2, "watchdog max_evidence_windows (2) must be >= min_evidence_windows (3)"),
+        ("handback_windows", -1, "watchdog handback_windows must be >= 0, got -1"),
     ],
 )
 def test_bad_parameters_are_refused_naming_the_field(field: str, value: float, message: str) -> None:
@@ -239,3 +240,27 @@ def test_pools_are_restored_relative_to_the_budget() -> None:
 def _any() -> tuple[Observation, PolicyContext]:
     context = PolicyContext(TENANTS, GROUPS, {"g": DEPLOYED}, BASE, BASE)
     return build_observation(MetricWindow(0.0, 15.0, {}, {}), context.observation_context()), context
+
+
+def test_a_fallback_doing_no_better_hands_control_back_early() -> None:
+    """The primary trips the floor at 0.3 where its fallback does 0.2: after the fallback's first window (its
+    predecessor's backlog) and three more, the watchdog hands back instead of holding 20 intervals."""
+    wd = watchdog(trigger_intervals=2, hold_intervals=20)
+    pattern = run(wd, primary=0.3, fallback=0.2, ticks=40)
+    runs = [len(r) for r in pattern.split("P") if r]
+    assert runs[0] == 4  # first fallback window skipped, three judged, handed back on the next decision
+    assert wd.state.trips == 1  # the fallback's record (0.2) is now the bar: the primary at 0.3 is not failing
+    # The hand-back decision says why.
+    again = watchdog(trigger_intervals=2, hold_intervals=20)
+    reasons = []
+    for _ in range(10):
+        reasons.append(step(again, 0.2 if again.state.in_fallback else 0.3).reason)
+    back = [r for r in reasons if "primary back" in r]
+    assert back == [
+        "primary [primary back: fallback file:base no better (0.20 over 3 windows, 0.30 when the watchdog tripped)]"
+    ]
+    # Off, or a fallback clearly better: the whole hold is served.
+    off = watchdog(trigger_intervals=2, hold_intervals=20, handback_windows=0)
+    assert next(len(r) for r in run(off, primary=0.3, fallback=0.2, ticks=40).split("P") if r) == 20
+    better = watchdog(trigger_intervals=2, hold_intervals=20)
+    assert next(len(r) for r in run(better, primary=0.3, fallback=0.9, ticks=40).split("P") if r) == 20
