@@ -261,8 +261,7 @@ class SloWatchdog:
         self._evidence = FallbackRecord(self.params.max_evidence_windows)
         self._streak_attainment: list[float] = []  # the failing windows of the current streak
         self._tripped_at_frac: float | None = None  # their mean when the watchdog last tripped
-        self._hold_attainment: list[float] = []  # the fallback's windows in the current hold, after its first
-        self._hold_windows_seen = 0
+        self._hold_attainment: list[float] = []  # the fallback's windows in the current hold
 
     @property
     def policy_id(self) -> str:
@@ -280,22 +279,16 @@ class SloWatchdog:
         if self._fallback_decided_last and attainment is not None and load is not None:
             self._evidence.add(load, attainment)
         if self._fallback_decided_last and attainment is not None:
-            self._hold_windows_seen += 1
-            if self._hold_windows_seen > 1:
-                self._hold_attainment.append(attainment)
+            self._hold_attainment.append(attainment)
         streak, hold, trips = s.failing_streak, s.hold_left_intervals, s.trips
         reason = ""
         tripped = False
         verdict: Verdict | None = None
-        handed_back = False
-        if hold > 0 and self._fallback_no_better():
-            handed_back = True
+        no_better = self._fallback_no_better() if hold > 0 else None
+        handed_back = no_better is not None
+        if no_better is not None:
             hold = 0
-            reason = (
-                f"primary back: fallback {self.fallback.policy_id} no better "
-                f"({sum(self._hold_attainment) / len(self._hold_attainment):.2f} over "
-                f"{len(self._hold_attainment)} windows, {self._tripped_at_frac:.2f} when the watchdog tripped)"
-            )
+            reason = f"primary back: fallback {self.fallback.policy_id} no better ({no_better})"
         elif hold > 0:
             hold -= 1
             reason = f"watchdog: fallback {self.fallback.policy_id} (trip {trips}, {hold} intervals left)"
@@ -389,15 +382,22 @@ class SloWatchdog:
             self._tripped_at_frac = sum(streak) / len(streak)
         self._streak_attainment = []
         self._hold_attainment = []
-        self._hold_windows_seen = 0
 
-    def _fallback_no_better(self) -> bool:
-        """Whether the fallback's windows of this hold show it doing no better than the primary did (params)."""
+    def _fallback_no_better(self) -> str | None:
+        """The evidence, in words, when this hold's fallback does no better than the primary did; else ``None``.
+
+        No better: see :class:`WatchdogParams` ``handback_windows``. The hold's first window is left out: it still
+        carries the primary's backlog.
+        """
         n = self.params.handback_windows
-        windows = self._hold_attainment
-        if n == 0 or self._tripped_at_frac is None or len(windows) < n:
-            return False
-        return sum(windows) / len(windows) <= self._tripped_at_frac + self.params.fallback_margin_frac
+        windows = self._hold_attainment[1:]
+        tripped_at = self._tripped_at_frac
+        if n == 0 or tripped_at is None or len(windows) < n:
+            return None
+        mean = sum(windows) / len(windows)
+        if mean > tripped_at + self.params.fallback_margin_frac:
+            return None
+        return f"{mean:.2f} over {len(windows)} windows, {tripped_at:.2f} when the watchdog tripped"
 
     @staticmethod
     def _splits(context: PolicyContext) -> dict[str, BudgetSplit]:
