@@ -38,6 +38,7 @@ from pydantic import (
     model_validator,
 )
 
+from policies.baselines import BASELINES
 from policies.features import ObservationLayout, PoolActions
 from policies.set_features import SET_MAX_GROUPS, SET_MAX_TENANTS, SetLayout
 
@@ -49,6 +50,7 @@ __all__ = [
     "Hyperparameters",
     "LayoutConfig",
     "PretrainConfig",
+    "SelectorConfig",
     "SweepConfig",
     "load_experiment",
     "validation_lines",
@@ -258,12 +260,48 @@ class SweepConfig(_Strict):
     """Evaluate the experiment's baselines once (on the held-out scenarios and seeds) for the summary table."""
 
 
+class SelectorConfig(_Strict):
+    """``algorithm: rule_selector``: the rule selector's data and fit (:mod:`agents.selector_train`)."""
+
+    rules: list[str] = Field(
+        default=["dynamo-legacy", "aggregated", "dynamo-isl-bounding", "dynamo-isl-or-load"],
+        min_length=2,
+        description="Baseline names the selector chooses among; the first acts at the start.",
+    )
+    family_scenarios: Annotated[int, Field(ge=1, le=1000)] = 160
+    """The first so many scenarios of the family's training split; every rule runs every one."""
+    seeds: Annotated[list[Annotated[int, Field(ge=0, lt=TRAIN_SEED_LIMIT)]], Field(min_length=1)] = [0]
+    hidden_width: Annotated[int, Field(ge=1, le=1024)] = 64
+    epochs: Annotated[int, Field(ge=1)] = 20
+    learning_rate: Annotated[float, Field(gt=0)] = 1e-3
+    weight_decay: Annotated[float, Field(ge=0)] = 1e-3
+    batch_size: Annotated[int, Field(ge=1)] = 256
+    loss: Literal["ratio", "soft_best"] = "ratio"
+    """``ratio``: each rule's goodput over the best rule's, per output (the selector picks the highest expected
+    ratio); ``soft_best``: a softened distribution over which rule is best."""
+    temperature_frac: Annotated[float, Field(gt=0)] = 0.05
+    """``soft_best`` only: the softening of the best-rule distribution."""
+    switch_patience_intervals: Annotated[int, Field(ge=1, le=100)] = 2
+    workers: Annotated[int, Field(ge=1, le=64)] | None = None
+    """Processes for the rollouts (default: the machine's cores)."""
+
+    @model_validator(mode="after")
+    def _known_rules(self) -> SelectorConfig:
+        unknown = [r for r in self.rules if r not in BASELINES]
+        if unknown:
+            raise ValueError(f"rules: unknown baseline {unknown[0]!r} (known: {', '.join(sorted(BASELINES))})")
+        if len(set(self.rules)) != len(self.rules):
+            raise ValueError("rules: a rule is listed twice")
+        return self
+
+
 class ExperimentConfig(_Strict):
     """A training experiment."""
 
     name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
     description: str = ""
-    algorithm: Literal["maskable_ppo"] = "maskable_ppo"
+    algorithm: Literal["maskable_ppo", "rule_selector"] = "maskable_ppo"
+    """``rule_selector``: no PPO; the rule selector is fitted to every rule's outcome (``selector:``)."""
     scenarios: list[str] = Field(
         default_factory=list, description="Training scenarios (names or paths), mixed per episode; or a family."
     )
@@ -284,6 +322,8 @@ class ExperimentConfig(_Strict):
     interval, so scenarios of every size weigh alike (:data:`env.set_env.RewardScale`)."""
     hyperparameters: Hyperparameters = Hyperparameters()
     pretrain: PretrainConfig | None = None
+    selector: SelectorConfig | None = None
+    """``algorithm: rule_selector`` only (:mod:`agents.selector_train`)."""
     eval_every_steps: Annotated[int, Field(ge=0)] = 0
     """Evaluate (and checkpoint) every so many steps; 0 = only at the end."""
     validation_seeds: Annotated[
@@ -325,6 +365,14 @@ class ExperimentConfig(_Strict):
             raise ValueError("pretrain.expert: layout.kind: set takes expert: policy, and expert: policy needs it")
         if self.pretrain is not None and self.pretrain.expert == "policy" and self.family is None:
             raise ValueError("pretrain.expert: policy labels the family's training split; name a family")
+        return self
+
+    @model_validator(mode="after")
+    def _selector_section(self) -> ExperimentConfig:
+        if (self.algorithm == "rule_selector") != (self.selector is not None):
+            raise ValueError("selector: algorithm rule_selector takes a selector section, and only it does")
+        if self.algorithm == "rule_selector" and (self.family is None or self.pretrain is not None):
+            raise ValueError("algorithm: rule_selector trains on a family and takes no pretrain section")
         return self
 
     @model_validator(mode="after")

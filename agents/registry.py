@@ -25,7 +25,8 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +59,7 @@ __all__ = [
     "promote",
     "register_policy",
     "training_evidence",
+    "training_run",
 ]
 
 GOODPUT_TAG = "gate.goodput"
@@ -119,6 +121,19 @@ def ensure_experiment(client, name: str) -> str:  # type: ignore[no-untyped-def]
         db = Path(client.tracking_uri.removeprefix("sqlite:///"))
         location = (db.parent / "artifacts").resolve().as_uri()
     return str(client.create_experiment(name, artifact_location=location))
+
+
+@contextmanager
+def training_run(name: str, run_label: str, tracking_uri: str | None) -> Iterator[tuple[str, str]]:
+    """An MLflow run for a training experiment: yields ``(run_id, tracking URI)`` (experiment ``pdctl-train-NAME``)."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    uri = default_tracking_uri(tracking_uri)
+    mlflow.set_tracking_uri(uri)
+    experiment_id = ensure_experiment(MlflowClient(tracking_uri=uri), f"pdctl-train-{name}")
+    with mlflow.start_run(experiment_id=experiment_id, run_name=run_label) as run:
+        yield run.info.run_id, uri
 
 
 def _kind_of(path: Path) -> str:

@@ -46,11 +46,10 @@ from agents.config import ExperimentConfig
 from agents.evaluate import RunSpec, run_one, scenario_paths
 from agents.export import export_policy
 from agents.registry import (
-    default_tracking_uri,
-    ensure_experiment,
     log_evidence,
     register_policy,
     training_evidence,
+    training_run,
 )
 from agents.set_training import export_set, held_out_paths, set_env_factories, set_policy_args
 from agents.tracking import MlflowWriter, provenance_tags, run_name
@@ -266,7 +265,25 @@ def train(
     progress: bool = True,
     evaluate_baselines: bool = True,
 ) -> TrainResult:
-    """Run one experiment end to end (see the module docstring)."""
+    """Run one experiment end to end (see the module docstring).
+
+    ``algorithm: rule_selector`` runs the rule selector's recipe instead (:func:`agents.selector_train.train_selector`).
+    """
+    if config.algorithm == "rule_selector":
+        from agents.selector_train import train_selector
+
+        selected = train_selector(
+            config, out_dir, tracking_uri=tracking_uri, progress=progress, evaluate_baselines=evaluate_baselines
+        )
+        return TrainResult(
+            selected.artifact,
+            selected.run_id,
+            selected.wall_s,
+            selected.timesteps,
+            selected.env_steps_per_s,
+            selected.evaluation,
+            selected.registered_version,
+        )
     torch.manual_seed(config.seed)
     torch.set_num_threads(1)
     out = Path(out_dir)
@@ -274,15 +291,12 @@ def train(
     layout = config.layout.to_layout()
     held_out = held_out_paths(config, out)  # a family's validation split (never its test split), else the files
 
-    uri = default_tracking_uri(tracking_uri)
-    mlflow.set_tracking_uri(uri)
     from mlflow import MlflowClient
 
-    experiment_id = ensure_experiment(MlflowClient(tracking_uri=uri), f"pdctl-train-{config.name}")
-    with mlflow.start_run(
-        experiment_id=experiment_id, run_name=run_name(config.name, config.algorithm, config.seed)
-    ) as run:
-        run_id = run.info.run_id
+    with training_run(config.name, run_name(config.name, config.algorithm, config.seed), tracking_uri) as (
+        run_id,
+        uri,
+    ):
         mlflow.set_tags(
             provenance_tags(layout, {"pdctl.experiment": config.name, "pdctl.layout_kind": config.layout.kind})
         )

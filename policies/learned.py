@@ -18,9 +18,10 @@ Deterministic decisions: per action dimension, the arg-max of the masked logits 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -37,10 +38,14 @@ __all__ = [
     "Manifest",
     "ObsNormalisation",
     "PolicyLoadError",
+    "check_build",
     "learned_policy_id",
     "masked_argmax",
+    "read_manifest",
     "read_weights",
 ]
+
+ManifestT = TypeVar("ManifestT", bound=BaseModel)
 
 MANIFEST_NAME = "manifest.json"
 WEIGHTS_NAME = "weights.safetensors"
@@ -153,7 +158,7 @@ class LearnedPolicy:
     def load(cls, path: str | Path) -> LearnedPolicy:
         """Load an exported artifact directory; refuses mismatches and malformed files with one line."""
         root = Path(path)
-        manifest = _read_manifest(root / MANIFEST_NAME)
+        manifest = read_manifest(root / MANIFEST_NAME, Manifest)
         _check_compatible(manifest, root / MANIFEST_NAME)
         tensors = read_weights(root / WEIGHTS_NAME)
         network = _network_from(tensors, manifest, root / WEIGHTS_NAME)
@@ -185,7 +190,12 @@ class LearnedPolicy:
         )
 
 
-def _read_manifest(path: Path) -> Manifest:
+def read_manifest(path: Path, model: type[ManifestT]) -> ManifestT:
+    """Read and validate an artifact manifest as ``model`` (one line naming the file and field on failure).
+
+    Raises:
+        PolicyLoadError: missing, unreadable or invalid.
+    """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -193,24 +203,36 @@ def _read_manifest(path: Path) -> Manifest:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PolicyLoadError(f"{path}: not readable JSON: {exc}") from None
     try:
-        return Manifest.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         loc = ".".join(str(p) for p in err["loc"]) or "<top>"
         raise PolicyLoadError(f"{path}: {loc}: {err['msg']}") from None
 
 
-def _check_compatible(manifest: Manifest, path: Path) -> None:
-    codec = ActionCodec(manifest.layout)
-    for name, got, want in (
-        ("schema_version", manifest.schema_version, SCHEMA_VERSION),
-        ("feature_hash", manifest.feature_hash, feature_table_hash()),
-        ("codec_hash", manifest.codec_hash, codec.codec_hash()),
-    ):
+def check_build(path: Path, fields: Sequence[tuple[str, object, object]]) -> None:
+    """Refuse an artifact whose ``(field, artifact's value, this build's value)`` differ, naming the first.
+
+    Raises:
+        PolicyLoadError: one line: the file, the field and both values.
+    """
+    for name, got, want in fields:
         if got != want:
             raise PolicyLoadError(
                 f"{path}: {name}: artifact has {got!r}, this build expects {want!r} (retrain or upgrade)"
             )
+
+
+def _check_compatible(manifest: Manifest, path: Path) -> None:
+    codec = ActionCodec(manifest.layout)
+    check_build(
+        path,
+        (
+            ("schema_version", manifest.schema_version, SCHEMA_VERSION),
+            ("feature_hash", manifest.feature_hash, feature_table_hash()),
+            ("codec_hash", manifest.codec_hash, codec.codec_hash()),
+        ),
+    )
 
 
 def read_weights(path: Path) -> dict[str, np.ndarray]:

@@ -45,6 +45,7 @@ __all__ = [
     "SetLayout",
     "SetObservation",
     "build_set_observation",
+    "encode_row",
     "set_feature_hash",
 ]
 
@@ -220,9 +221,9 @@ class SetObservation:
         groups = np.zeros((layout.max_groups, layout.group_width), dtype=np.float32)
         tenants = np.zeros((layout.max_tenants, layout.tenant_width), dtype=np.float32)
         for i, row in enumerate(self.group_rows):
-            groups[i] = _encode_row(row, SET_GROUP_FEATURES)
+            groups[i] = encode_row(row, SET_GROUP_FEATURES)
         for i, row in enumerate(self.tenant_rows):
-            tenants[i] = _encode_row(row, SET_TENANT_FEATURES)
+            tenants[i] = encode_row(row, SET_TENANT_FEATURES)
         group_mask = np.zeros(layout.max_groups, dtype=np.float32)
         group_mask[: len(self.group_rows)] = 1.0
         tenant_mask = np.zeros(layout.max_tenants, dtype=np.float32)
@@ -233,7 +234,8 @@ class SetObservation:
         return np.concatenate([groups.ravel(), tenants.ravel(), group_mask, tenant_mask, membership.ravel()])
 
 
-def _encode_row(row: Sequence[float | None], table: Sequence[SetFeature]) -> np.ndarray:
+def encode_row(row: Sequence[float | None], table: Sequence[SetFeature]) -> np.ndarray:
+    """Values (compressed and clipped as ``table`` says) then known flags; an unknown value is 0 with flag 0."""
     values = np.zeros(len(table), dtype=np.float32)
     known = np.zeros(len(table), dtype=np.float32)
     for i, (spec, raw) in enumerate(zip(table, row, strict=True)):

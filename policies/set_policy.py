@@ -18,13 +18,12 @@ Deterministic decisions: per action dimension, the arg-max of the masked logits 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from policies.base import PolicyContext
 from policies.features import Observation
@@ -32,8 +31,10 @@ from policies.learned import (
     MANIFEST_NAME,
     WEIGHTS_NAME,
     PolicyLoadError,
+    check_build,
     learned_policy_id,
     masked_argmax,
+    read_manifest,
     read_weights,
 )
 from policies.schema import SCHEMA_VERSION, ControlAction
@@ -103,16 +104,14 @@ class SetPolicy:
         root = Path(path)
         manifest = read_set_manifest(root / MANIFEST_NAME)
         codec = SetActionCodec(manifest.layout)
-        for name, got, want in (
-            ("schema_version", manifest.schema_version, SCHEMA_VERSION),
-            ("feature_hash", manifest.feature_hash, set_feature_hash()),
-            ("codec_hash", manifest.codec_hash, codec.codec_hash()),
-        ):
-            if got != want:
-                raise PolicyLoadError(
-                    f"{root / MANIFEST_NAME}: {name}: artifact has {got!r}, this build expects {want!r} "
-                    "(retrain or upgrade)"
-                )
+        check_build(
+            root / MANIFEST_NAME,
+            (
+                ("schema_version", manifest.schema_version, SCHEMA_VERSION),
+                ("feature_hash", manifest.feature_hash, set_feature_hash()),
+                ("codec_hash", manifest.codec_hash, codec.codec_hash()),
+            ),
+        )
         tensors = read_weights(root / WEIGHTS_NAME)
         try:
             network = SetNetwork.from_tensors(tensors, manifest.layout, manifest.num_encoder_layers)
@@ -160,15 +159,4 @@ def read_set_manifest(path: Path) -> SetManifest:
     Raises:
         PolicyLoadError: missing, unreadable or invalid.
     """
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PolicyLoadError(f"{path}: missing (not a learned-policy artifact directory)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PolicyLoadError(f"{path}: not readable JSON: {exc}") from None
-    try:
-        return SetManifest.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "<top>"
-        raise PolicyLoadError(f"{path}: {loc}: {err['msg']}") from None
+    return read_manifest(path, SetManifest)

@@ -1,0 +1,106 @@
+"""Fit and export the rule selector's network (:mod:`policies.rule_selector`) with torch.
+
+:func:`fit_selector` minimises the weighted cross-entropy between the network's rule distribution and the soft
+targets of :func:`agents.selector_data.selector_targets` (AdamW, mini-batches, a fixed seed), and returns the
+tensors the numpy runtime reads: the same two ReLU layers, so :class:`policies.rule_selector.SelectorNetwork`
+scores exactly what the fitted module does. :func:`export_selector` writes the artifact directory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.numpy import save_file
+
+from agents.selector_data import SelectorDataset
+from policies.learned import MANIFEST_NAME, WEIGHTS_NAME
+from policies.rule_selector import GROUP_INPUT_WIDTH, SelectorManifest
+
+__all__ = ["FitResult", "export_selector", "fit_selector"]
+
+_MIN_SCALE = 1e-3
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    """The fitted tensors and the loss curve (weighted cross-entropy per epoch)."""
+
+    tensors: dict[str, np.ndarray]
+    losses: list[float]
+    agreement_frac: float
+    """Weighted share of samples whose arg-max rule is the target's arg-max (on the training data)."""
+
+
+def fit_selector(
+    data: SelectorDataset,
+    *,
+    hidden_width: int,
+    epochs: int,
+    learning_rate: float,
+    weight_decay: float,
+    batch_size: int,
+    seed: int,
+    loss: str = "ratio",
+) -> FitResult:
+    """Fit the selector network to ``data`` (module docstring)."""
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.from_numpy(data.inputs)
+    y = torch.from_numpy(data.targets if loss == "soft_best" else data.ratios)
+    w = torch.from_numpy(data.weights)
+    mean = x.mean(0)
+    scale = x.std(0).clamp_min(_MIN_SCALE)
+    rules = y.shape[1]
+    net = torch.nn.Sequential(
+        torch.nn.Linear(GROUP_INPUT_WIDTH, hidden_width),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden_width, hidden_width),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden_width, rules),
+    )
+    optimiser = torch.optim.AdamW(net.parameters(), lr=learning_rate, weight_decay=weight_decay)
+    xs = (x - mean) / scale
+    losses: list[float] = []
+    for _ in range(epochs):
+        order = torch.randperm(len(xs), generator=generator)
+        total = 0.0
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            logits = net(xs[idx])
+            if loss == "soft_best":
+                per_sample = -(y[idx] * torch.log_softmax(logits, dim=1)).sum(1)
+            else:
+                per_sample = torch.nn.functional.binary_cross_entropy_with_logits(
+                    logits, y[idx], reduction="none"
+                ).mean(1)
+            batch_loss = (per_sample * w[idx]).sum() / w[idx].sum()
+            optimiser.zero_grad()
+            batch_loss.backward()
+            optimiser.step()
+            total += float(batch_loss.detach()) * float(w[idx].sum())
+        losses.append(total / float(w.sum()))
+    with torch.no_grad():
+        agree = (net(xs).argmax(1) == y.argmax(1)).float()
+        agreement = float((agree * w).sum() / w.sum())
+    layers = [m for m in net if isinstance(m, torch.nn.Linear)]
+    tensors = {
+        "input.mean": mean.numpy().astype(np.float32),
+        "input.scale": scale.numpy().astype(np.float32),
+    }
+    for name, layer in zip(("hidden0", "hidden1", "out"), layers, strict=True):
+        tensors[f"{name}.weight"] = layer.weight.detach().numpy().astype(np.float32).copy()
+        tensors[f"{name}.bias"] = layer.bias.detach().numpy().astype(np.float32).copy()
+    return FitResult(tensors, losses, agreement)
+
+
+def export_selector(out: Path, tensors: Mapping[str, np.ndarray], manifest: SelectorManifest) -> Path:
+    """Write ``manifest.json`` and ``weights.safetensors`` to ``out`` (created); returns ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(out / WEIGHTS_NAME))
+    (out / MANIFEST_NAME).write_text(json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
+    return out

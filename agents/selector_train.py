@@ -1,0 +1,161 @@
+"""The rule selector's recipe (``algorithm: rule_selector``): roll out → label → fit → export → evaluate → register.
+
+1. **Roll out** — every rule of ``selector.rules`` runs the first ``selector.family_scenarios`` scenarios of the
+   family's training split on ``selector.seeds`` (:func:`agents.selector_data.collect_rollouts`); each tenant
+   group's inputs at every interval and its goodput are kept.
+2. **Label** — per group, each rule's goodput over the best rule's (:func:`agents.selector_data.selector_targets`):
+   a hindsight label, used for training only.
+3. **Fit** — the selector network (:func:`agents.selector_fit.fit_selector`), seeded by the experiment's ``seed``.
+4. **Export** — ``policy/`` (:class:`policies.rule_selector.SelectorManifest` + safetensors), logged to MLflow.
+5. **Evaluate** — on the family's validation scenarios and ``eval_seeds``, beside the experiment's baselines, through
+   the evaluation loop every policy is judged by (:func:`agents.train.evaluate_policies`).
+6. **Register** — optionally, with that evaluation as the promotion gate's evidence, as ``pdctl train`` does.
+
+The test split is never generated here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import mlflow
+import torch
+
+from agents.config import ExperimentConfig
+from agents.registry import log_evidence, register_policy, training_evidence, training_run
+from agents.selector_data import RolloutTask, collect_rollouts, selector_targets
+from agents.selector_fit import export_selector, fit_selector
+from agents.set_training import family_split_paths, held_out_paths, scenario_source
+from agents.tracking import git_commit, run_name
+from env.set_env import FamilyDraw
+from policies.rule_selector import SelectorManifest
+from policies.schema import SCHEMA_VERSION
+from policies.set_features import set_feature_hash
+
+__all__ = ["SelectorTrainResult", "train_selector"]
+
+
+class SelectorTrainResult:
+    """What a selector run produced (the fields ``pdctl train`` prints)."""
+
+    def __init__(
+        self,
+        artifact: Path,
+        run_id: str,
+        wall_s: float,
+        timesteps: int,
+        evaluation: dict[str, dict[str, float]],
+        registered_version: int | None,
+    ) -> None:
+        self.artifact = artifact
+        self.run_id = run_id
+        self.wall_s = wall_s
+        self.timesteps = timesteps
+        """Control intervals simulated for the rollouts."""
+        self.env_steps_per_s = timesteps / max(wall_s, 1e-9)
+        self.evaluation = evaluation
+        self.registered_version = registered_version
+
+
+def train_selector(
+    config: ExperimentConfig,
+    out_dir: str | Path,
+    *,
+    tracking_uri: str | None = None,
+    progress: bool = True,
+    evaluate_baselines: bool = True,
+) -> SelectorTrainResult:
+    """Run one ``algorithm: rule_selector`` experiment end to end (module docstring)."""
+    from agents.train import evaluate_policies
+
+    selector = config.selector
+    if selector is None or config.family is None:
+        raise ValueError("train_selector: needs algorithm rule_selector, a selector section and a family")
+    torch.manual_seed(config.seed)
+    torch.set_num_threads(1)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    held_out = held_out_paths(config, out)
+    from mlflow import MlflowClient
+
+    with training_run(config.name, run_name(config.name, config.algorithm, config.seed), tracking_uri) as (
+        run_id,
+        uri,
+    ):
+        mlflow.set_tags({"pdctl.experiment": config.name, "pdctl.feature_hash": set_feature_hash(),
+                         "pdctl.schema_version": str(SCHEMA_VERSION), "pdctl.layout_kind": "any"})  # fmt: skip
+        mlflow.log_params({"algorithm": config.algorithm, "seed": config.seed,
+                           **{f"selector.{k}": v for k, v in selector.model_dump().items()}})  # fmt: skip
+        mlflow.log_dict(config.model_dump(mode="json"), "experiment.json")
+        start = time.perf_counter()
+        # 1. roll out every rule on every training scenario
+        paths = family_split_paths(
+            config, out / "train-scenarios", config.family.train_split, selector.family_scenarios
+        )
+        tasks = [RolloutTask(str(p), rule, seed) for p in paths for seed in selector.seeds for rule in selector.rules]
+
+        def report(done: int, total: int) -> None:
+            if progress and (done % 20 == 0 or done == total):
+                print(f"rollouts: {done}/{total} ({time.perf_counter() - start:.0f} s)", flush=True)
+
+        rollouts = collect_rollouts(tasks, selector.workers or os.cpu_count() or 1, report)
+        rollout_s = time.perf_counter() - start
+        per_run = {
+            (r.scenario, r.seed, r.rule): len(r.inputs) for r in rollouts
+        }  # every group of a run: same intervals
+        intervals = sum(per_run.values())
+        # 2. label, 3. fit
+        data = selector_targets(rollouts, selector.rules, selector.temperature_frac)
+        fit = fit_selector(
+            data,
+            hidden_width=selector.hidden_width,
+            epochs=selector.epochs,
+            learning_rate=selector.learning_rate,
+            weight_decay=selector.weight_decay,
+            batch_size=selector.batch_size,
+            seed=config.seed,
+            loss=selector.loss,
+        )
+        wall_s = time.perf_counter() - start
+        for epoch, loss in enumerate(fit.losses):
+            mlflow.log_metric("selector/loss", loss, step=epoch)
+        mlflow.log_metrics({"selector/agreement_frac": fit.agreement_frac, "selector/labelled_groups": data.groups,
+                            "time/rollout_s": rollout_s, "time/train_wall_s": wall_s,
+                            "time/env_steps_per_s": intervals / max(rollout_s, 1e-9)})  # fmt: skip
+        summary = {"labelled_groups": data.groups, "best_counts": data.best_counts, "losses": fit.losses,
+                   "agreement_frac": fit.agreement_frac, "rollout_s": rollout_s, "intervals": intervals}  # fmt: skip
+        (out / "selector-fit.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        mlflow.log_dict(summary, "selector-fit.json")
+        # 4. export
+        source = scenario_source(config)
+        manifest = SelectorManifest(
+            schema_version=SCHEMA_VERSION,
+            feature_hash=set_feature_hash(),
+            rules=list(selector.rules),
+            hidden_width=selector.hidden_width,
+            switch_patience_intervals=selector.switch_patience_intervals,
+            algorithm=f"rule_selector/{selector.loss}",
+            mlflow_run_id=run_id,
+            git_commit=git_commit(),
+            trained_on=[source.describe()] if isinstance(source, FamilyDraw) else [],
+        )
+        artifact = export_selector(out / "policy", fit.tensors, manifest)
+        mlflow.log_artifacts(str(artifact), artifact_path="policy")
+        # 5. evaluate on held-out scenarios and seeds
+        specs = [f"learned:{artifact}", *(config.baselines if evaluate_baselines else [])]
+        evaluation = evaluate_policies(specs, held_out, config.eval_seeds)
+        mlflow.log_metric("eval/learned_weighted_goodput_rps", evaluation[specs[0]]["mean"])
+        if len(specs) > 1:
+            mlflow.log_metric("eval/best_baseline_weighted_goodput_rps", max(evaluation[s]["mean"] for s in specs[1:]))
+        mlflow.log_dict(evaluation, "evaluation.json")
+        (out / "evaluation.json").write_text(json.dumps(evaluation, indent=2) + "\n", encoding="utf-8")
+        # 6. register
+        version = None
+        if config.register_as:
+            evidence = training_evidence(artifact, held_out, config.eval_seeds, evaluation)
+            version = register_policy(artifact, config.register_as, tracking_uri=uri, run_id=run_id).version
+            log_evidence(MlflowClient(tracking_uri=uri), config.register_as, version, evidence)
+    return SelectorTrainResult(artifact, run_id, wall_s, intervals, evaluation, version)

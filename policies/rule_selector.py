@@ -1,0 +1,283 @@
+"""The rule selector: a learned policy that picks, per tenant group and interval, which rule acts there.
+
+A set policy (:mod:`policies.set_policy`) regresses every routing threshold and pool move; trained to imitate
+the best rule of each scenario it learned one rule's side of a discrimination and broke the other's. The selector
+learns only the discrimination. Every interval it reads each tenant group's window as one relative row
+(:func:`group_features`: the group's set-policy row, plus the mean and the maximum of its tenants' rows, all from
+:func:`policies.set_features.build_set_observation`), scores the rules of its manifest with a small network shared
+across groups, and lets the chosen rule decide that group's pools and its tenants' thresholds. Whatever it
+chooses, a group is run by one of the rules a platform team already trusts, never by a threshold nobody wrote.
+
+* **Any layout.** The network sees one group at a time, so any number of groups and tenants and any GPU budget
+  fit; nothing counts groups, tenants or instances.
+* **Hysteresis.** A group changes rule only after the same other rule has scored best for
+  :attr:`SelectorManifest.switch_patience_intervals` intervals in a row; it starts under the manifest's first
+  rule (the watchdog's fallback by default).
+* **Pools.** A rule that sizes pools (``aggregated``) sets them; under a rule that holds pools as deployed, the
+  group returns to the split the selector found at its first decision, relative to the budget
+  (:class:`policies.watchdog.BudgetSplit`), so leaving ``aggregated`` restores the deployed prefill pool.
+* **Tenants of no listed group** (a live policy file's implicit ``default`` tenant) keep their thresholds
+  (:meth:`policies.base.PolicyContext.grouped`).
+
+An artifact directory holds ``manifest.json`` (:class:`SelectorManifest`, ``format: pdctl-rule-selector``) and
+``weights.safetensors`` (the network's tensors, :data:`TENSOR_NAMES`). Decisions are deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from policies.base import Policy, PolicyContext
+from policies.baselines import BASELINES, make_baseline
+from policies.features import Observation
+from policies.learned import (
+    MANIFEST_NAME,
+    WEIGHTS_NAME,
+    PolicyLoadError,
+    check_build,
+    learned_policy_id,
+    read_manifest,
+    read_weights,
+)
+from policies.schema import SCHEMA_VERSION, ControlAction, PoolTargets, RoutingThresholds
+from policies.set_features import (
+    SET_GROUP_FEATURES,
+    SET_TENANT_FEATURES,
+    SetObservation,
+    build_set_observation,
+    encode_row,
+    set_feature_hash,
+)
+from policies.watchdog import BudgetSplit
+
+__all__ = [
+    "GROUP_INPUT_WIDTH",
+    "SELECTOR_FORMAT",
+    "TENSOR_NAMES",
+    "RuleSelector",
+    "SelectorManifest",
+    "SelectorNetwork",
+    "group_features",
+    "read_selector_manifest",
+]
+
+SELECTOR_FORMAT = "pdctl-rule-selector"
+GROUP_INPUT_WIDTH = 2 * len(SET_GROUP_FEATURES) + 4 * len(SET_TENANT_FEATURES)
+"""One group's input: its row (values, known flags), then the mean and the maximum of its tenants' rows."""
+TENSOR_NAMES: tuple[str, ...] = (
+    "input.mean",
+    "input.scale",
+    "hidden0.weight",
+    "hidden0.bias",
+    "hidden1.weight",
+    "hidden1.bias",
+    "out.weight",
+    "out.bias",
+)
+"""The network's tensors: input standardisation, two ReLU layers ``[width, in]``, the rule scores ``[rules, width]``."""
+
+
+def group_features(rows: SetObservation) -> np.ndarray:
+    """One input row per tenant group ``[groups, GROUP_INPUT_WIDTH]`` (module docstring).
+
+    A group without tenants has zero tenant parts (every value unknown).
+    """
+    width = 2 * len(SET_TENANT_FEATURES)
+    out = np.zeros((len(rows.group_rows), GROUP_INPUT_WIDTH), dtype=np.float32)
+    for gi, group_row in enumerate(rows.group_rows):
+        members = [
+            encode_row(row, SET_TENANT_FEATURES)
+            for row, index in zip(rows.tenant_rows, rows.tenant_group, strict=True)
+            if index == gi
+        ]
+        tenants = np.stack(members) if members else np.zeros((1, width), dtype=np.float32)
+        out[gi] = np.concatenate([encode_row(group_row, SET_GROUP_FEATURES), tenants.mean(0), tenants.max(0)])
+    return out
+
+
+class SelectorManifest(BaseModel):
+    """What travels with a rule selector's weights."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: Literal["pdctl-rule-selector"] = "pdctl-rule-selector"
+    schema_version: int
+    feature_hash: str
+    rules: list[str] = Field(min_length=2)
+    """Baseline names (``policies.baselines``), in the network's output order; the first acts at the start."""
+    hidden_width: int = Field(ge=1)
+    switch_patience_intervals: int = Field(default=2, ge=1)
+    algorithm: str = ""
+    mlflow_run_id: str | None = None
+    git_commit: str | None = None
+    trained_on: list[str] = []
+    """Training scenarios or ``family:PATH#split``."""
+
+    @field_validator("rules")
+    @classmethod
+    def _known_rules(cls, rules: list[str]) -> list[str]:
+        unknown = [r for r in rules if r not in BASELINES]
+        if unknown:
+            raise ValueError(f"unknown rule {unknown[0]!r} (known: {', '.join(sorted(BASELINES))})")
+        if len(set(rules)) != len(rules):
+            raise ValueError("a rule is listed twice")
+        return rules
+
+
+@dataclass(frozen=True)
+class SelectorNetwork:
+    """Input standardisation, two ReLU layers and one score per rule, in numpy."""
+
+    tensors: Mapping[str, np.ndarray]
+
+    @classmethod
+    def from_tensors(cls, tensors: Mapping[str, np.ndarray], num_rules: int) -> SelectorNetwork:
+        """Check names and shapes against :data:`TENSOR_NAMES` and ``num_rules``.
+
+        Raises:
+            ValueError: a tensor is missing, extra or of the wrong shape (one line naming it).
+        """
+        missing = [n for n in TENSOR_NAMES if n not in tensors]
+        extra = sorted(set(tensors) - set(TENSOR_NAMES))
+        if missing or extra:
+            raise ValueError(f"tensors: missing {missing or 'none'}, unexpected {extra or 'none'}")
+        t = {n: np.asarray(tensors[n], dtype=np.float32) for n in TENSOR_NAMES}
+        width = t["hidden0.weight"].shape[0]
+        want = {
+            "input.mean": (GROUP_INPUT_WIDTH,),
+            "input.scale": (GROUP_INPUT_WIDTH,),
+            "hidden0.weight": (width, GROUP_INPUT_WIDTH),
+            "hidden0.bias": (width,),
+            "hidden1.weight": (width, width),
+            "hidden1.bias": (width,),
+            "out.weight": (num_rules, width),
+            "out.bias": (num_rules,),
+        }
+        for name, shape in want.items():
+            if t[name].shape != shape:
+                raise ValueError(f"tensor {name}: shape {t[name].shape}, expected {shape}")
+        return cls(t)
+
+    @property
+    def hidden_width(self) -> int:
+        """Units per hidden layer."""
+        return int(self.tensors["hidden0.weight"].shape[0])
+
+    def scores(self, inputs: np.ndarray) -> np.ndarray:
+        """Rule scores (logits) ``[groups, rules]`` for group inputs ``[groups, GROUP_INPUT_WIDTH]``."""
+        t = self.tensors
+        x = (np.asarray(inputs, dtype=np.float32) - t["input.mean"]) / t["input.scale"]
+        h = np.maximum(x @ t["hidden0.weight"].T + t["hidden0.bias"], 0.0)
+        h = np.maximum(h @ t["hidden1.weight"].T + t["hidden1.bias"], 0.0)
+        out: np.ndarray = h @ t["out.weight"].T + t["out.bias"]
+        return out
+
+
+@dataclass
+class _GroupState:
+    rule: int = 0
+    proposed: int | None = None
+    streak: int = 0
+
+
+@dataclass
+class RuleSelector:
+    """A trained rule selector (module docstring). Stateful: one instance drives one deployment."""
+
+    manifest: SelectorManifest
+    network: SelectorNetwork
+    source: str = ""
+    rules: tuple[Policy, ...] = field(init=False)
+    _groups: dict[str, _GroupState] = field(init=False, default_factory=dict)
+    _splits: dict[str, BudgetSplit | None] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.rules = tuple(make_baseline(name) for name in self.manifest.rules)
+
+    @property
+    def policy_id(self) -> str:
+        """``learned:<source>`` plus the MLflow run id when known."""
+        return learned_policy_id(self.source, self.manifest.mlflow_run_id)
+
+    @classmethod
+    def load(cls, path: str | Path) -> RuleSelector:
+        """Load an exported selector directory; refuses mismatches and malformed files with one line.
+
+        Raises:
+            PolicyLoadError: the manifest or weights are missing, malformed or from another build.
+        """
+        root = Path(path)
+        manifest = read_selector_manifest(root / MANIFEST_NAME)
+        check_build(
+            root / MANIFEST_NAME,
+            (
+                ("schema_version", manifest.schema_version, SCHEMA_VERSION),
+                ("feature_hash", manifest.feature_hash, set_feature_hash()),
+            ),
+        )
+        try:
+            network = SelectorNetwork.from_tensors(read_weights(root / WEIGHTS_NAME), len(manifest.rules))
+        except ValueError as exc:
+            raise PolicyLoadError(f"{root / WEIGHTS_NAME}: {exc}") from None
+        if network.hidden_width != manifest.hidden_width:
+            raise PolicyLoadError(
+                f"{root / MANIFEST_NAME}: hidden_width: {manifest.hidden_width}, the weights have "
+                f"{network.hidden_width}"
+            )
+        return cls(manifest=manifest, network=network, source=str(root))
+
+    def chosen_rules(self) -> dict[str, str]:
+        """The rule each group is run by now (groups seen so far)."""
+        return {g: self.manifest.rules[s.rule] for g, s in self._groups.items()}
+
+    def decide(self, observation: Observation, context: PolicyContext) -> ControlAction:
+        """Score the rules per group, apply the hysteresis, and compose the chosen rules' decisions."""
+        context = context.grouped()
+        rows = build_set_observation(observation.window, context.observation_context())
+        scores = self.network.scores(group_features(rows)) if context.groups else np.zeros((0, len(self.rules)))
+        chosen: list[int] = []
+        for gi, group in enumerate(context.groups):
+            if group.name not in self._splits:
+                running = context.current_pools.get(group.name)
+                self._splits[group.name] = None if running is None else BudgetSplit.of(group, running)
+            chosen.append(self._advance(self._groups.setdefault(group.name, _GroupState()), int(np.argmax(scores[gi]))))
+        decisions = {i: self.rules[i].decide(observation, context) for i in sorted(set(chosen))}
+        thresholds: dict[str, RoutingThresholds] = {}
+        pools: dict[str, PoolTargets] = {}
+        for gi, group in enumerate(context.groups):
+            decision = decisions[chosen[gi]]
+            for tenant in context.tenants:
+                if tenant.group == group.name and tenant.name in decision.thresholds:
+                    thresholds[tenant.name] = decision.thresholds[tenant.name]
+            split = self._splits.get(group.name)
+            if group.name in decision.pools:
+                pools[group.name] = decision.pools[group.name]
+            elif split is not None:
+                pools[group.name] = split.applied_to(group)
+        reason = ", ".join(f"{g.name}: {self.manifest.rules[chosen[i]]}" for i, g in enumerate(context.groups))
+        return ControlAction(thresholds, pools, reason=f"selector: {reason}", policy_id=self.policy_id)
+
+    def _advance(self, state: _GroupState, best: int) -> int:
+        if best == state.rule:
+            state.proposed, state.streak = None, 0
+            return state.rule
+        state.streak = state.streak + 1 if best == state.proposed else 1
+        state.proposed = best
+        if state.streak >= self.manifest.switch_patience_intervals:
+            state.rule, state.proposed, state.streak = best, None, 0
+        return state.rule
+
+
+def read_selector_manifest(path: Path) -> SelectorManifest:
+    """Read and validate a selector manifest (one line naming the file and field on failure).
+
+    Raises:
+        PolicyLoadError: missing, unreadable or invalid.
+    """
+    return read_manifest(path, SelectorManifest)

@@ -1,0 +1,205 @@
+"""The rule selector: per-group rule choice, hysteresis, pool restore, any layout, artifacts refused in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from policies import SCHEMA_VERSION, GroupWindow, MetricWindow, PoolTargets, RoutingThresholds, TenantWindow
+from policies.artifacts import load_learned
+from policies.base import Policy, PolicyContext
+from policies.baselines import make_baseline
+from policies.features import ObservationContext, build_observation
+from policies.learned import MANIFEST_NAME, WEIGHTS_NAME, PolicyLoadError
+from policies.policy_file import PolicyFile, resolve_policy
+from policies.registry import LoadOptions, build_policy, layout_problem
+from policies.rule_selector import (
+    GROUP_INPUT_WIDTH,
+    RuleSelector,
+    SelectorManifest,
+    SelectorNetwork,
+    group_features,
+)
+from policies.schema import ControlAction, RouteRule, Slo, Tenant, TenantGroup
+from policies.set_features import SET_GROUP_FEATURES, build_set_observation, set_feature_hash
+
+RULES = ["dynamo-legacy", "aggregated"]
+SHARE = [f.name for f in SET_GROUP_FEATURES].index("prefill_share_frac")
+
+
+def _tensors(width: int = 4) -> dict[str, np.ndarray]:
+    """A network that prefers ``aggregated`` exactly when the group's prefill share is above one half."""
+    hidden0 = np.zeros((width, GROUP_INPUT_WIDTH), dtype=np.float32)
+    hidden0[0, SHARE] = 1.0
+    hidden1 = np.zeros((width, width), dtype=np.float32)
+    hidden1[0, 0] = 1.0
+    out = np.zeros((2, width), dtype=np.float32)
+    out[1, 0] = 10.0
+    return {
+        "input.mean": np.zeros(GROUP_INPUT_WIDTH, dtype=np.float32),
+        "input.scale": np.ones(GROUP_INPUT_WIDTH, dtype=np.float32),
+        "hidden0.weight": hidden0,
+        "hidden0.bias": np.zeros(width, dtype=np.float32),
+        "hidden1.weight": hidden1,
+        "hidden1.bias": np.zeros(width, dtype=np.float32),
+        "out.weight": out,
+        "out.bias": np.array([0.0, -5.0], dtype=np.float32),
+    }
+
+
+def _manifest(**overrides: object) -> SelectorManifest:
+    fields: dict[str, object] = {
+        "schema_version": SCHEMA_VERSION,
+        "feature_hash": set_feature_hash(),
+        "rules": RULES,
+        "hidden_width": 4,
+        "switch_patience_intervals": 2,
+    }
+    fields.update(overrides)
+    return SelectorManifest.model_validate(fields)
+
+
+def _selector() -> RuleSelector:
+    return RuleSelector(_manifest(), SelectorNetwork.from_tensors(_tensors(), len(RULES)), source="test")
+
+
+def _write(path: Path, manifest: dict[str, object] | None = None, tensors: dict[str, np.ndarray] | None = None) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / MANIFEST_NAME).write_text(json.dumps(manifest or _manifest().model_dump(mode="json")), encoding="utf-8")
+    save_file(tensors or _tensors(), str(path / WEIGHTS_NAME))
+    return path
+
+
+GROUPS = (
+    TenantGroup("hot", ("rag",), 8, min_prefill=0, max_prefill=7, min_decode=1, max_decode=8),
+    TenantGroup("cool", ("chat",), 8, min_prefill=0, max_prefill=7, min_decode=1, max_decode=8),
+)
+TENANTS = (
+    Tenant("rag", "hot", Slo(ttft_p95_s=2.0, tpot_p95_s=0.06)),
+    Tenant("chat", "cool", Slo(ttft_p95_s=1.0, tpot_p95_s=0.06)),
+)
+BASE = {t.name: RoutingThresholds(min_remote_input_tokens=1024) for t in TENANTS}
+
+
+def _context(pools: dict[str, PoolTargets], tenants: tuple[Tenant, ...] = TENANTS) -> PolicyContext:
+    return PolicyContext(tenants=tenants, groups=GROUPS, current_pools=pools, current_thresholds=BASE)
+
+
+def _decide(selector: Policy, pools: dict[str, PoolTargets], tenants: tuple[Tenant, ...] = TENANTS) -> ControlAction:
+    context = _context(pools, tenants)
+    groups = {g: GroupWindow(num_prefill=p.num_prefill, num_decode=p.num_decode) for g, p in pools.items()}
+    tw = {t.name: TenantWindow(request_rate_rps=2.0) for t in tenants}
+    window = MetricWindow(end_s=10.0, window_s=10.0, tenants=tw, groups=groups)
+    observation = build_observation(window, ObservationContext(tenants, GROUPS, BASE))
+    return selector.decide(observation, context)
+
+
+# ------------------------------------------------------------------------------------------- inputs
+
+
+def test_group_features_are_one_row_per_group_of_the_groups_row_and_its_tenants_mean_and_max() -> None:
+    groups = {"hot": GroupWindow(num_prefill=6, num_decode=2), "cool": GroupWindow(num_prefill=1, num_decode=7)}
+    tenants = {"rag": TenantWindow(request_rate_rps=4.0), "chat": TenantWindow(request_rate_rps=1.0)}
+    rows = build_set_observation(
+        MetricWindow(end_s=1.0, window_s=1.0, tenants=tenants, groups=groups), ObservationContext(TENANTS, GROUPS, BASE)
+    )
+    x = group_features(rows)
+    assert x.shape == (2, GROUP_INPUT_WIDTH)
+    assert x[0, SHARE] == pytest.approx(6 / 8)
+    assert x[1, SHARE] == pytest.approx(1 / 8)
+    half = (GROUP_INPUT_WIDTH - 2 * len(SET_GROUP_FEATURES)) // 2
+    mean, top = x[:, 2 * len(SET_GROUP_FEATURES) : -half], x[:, -half:]
+    np.testing.assert_array_equal(mean, top)  # one tenant per group: its mean is its maximum
+
+
+# ------------------------------------------------------------------------------------------- decisions
+
+
+def test_each_group_is_run_by_its_own_chosen_rule_after_the_patience() -> None:
+    selector = _selector()
+    pools = {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)}
+    legacy = _decide(make_baseline("dynamo-legacy"), pools)  # the rule's own decision, for comparison
+    first = _decide(selector, pools)
+    # both groups start under the first rule (legacy): one interval is not enough to switch
+    assert first.thresholds == legacy.thresholds
+    second = _decide(selector, pools)
+    assert selector.chosen_rules() == {"hot": "aggregated", "cool": "dynamo-legacy"}
+    assert second.thresholds["rag"].rule is RouteRule.AGGREGATED_ONLY
+    assert second.thresholds["chat"] == legacy.thresholds["chat"]
+    assert second.pools["hot"] == PoolTargets(0, 8)  # aggregated sizes its group: all decode
+    assert second.pools["cool"] == PoolTargets(1, 7)  # a holding rule keeps the split it found
+    assert "hot: aggregated" in second.reason
+
+
+def test_a_one_interval_blip_does_not_switch_and_leaving_aggregated_restores_the_deployed_split() -> None:
+    selector = _selector()
+    _decide(selector, {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)})
+    _decide(selector, {"hot": PoolTargets(1, 7), "cool": PoolTargets(6, 2)})  # a blip: nobody switches
+    assert selector.chosen_rules() == {"hot": "dynamo-legacy", "cool": "dynamo-legacy"}
+    _decide(selector, {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)})
+    _decide(selector, {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)})
+    assert selector.chosen_rules()["hot"] == "aggregated"
+    # aggregated emptied the prefill pool; the share is now low, so legacy wins back after the patience
+    _decide(selector, {"hot": PoolTargets(0, 8), "cool": PoolTargets(1, 7)})
+    back = _decide(selector, {"hot": PoolTargets(0, 8), "cool": PoolTargets(1, 7)})
+    assert selector.chosen_rules()["hot"] == "dynamo-legacy"
+    assert back.pools["hot"] == PoolTargets(6, 2)  # the split found at the first decision, restored
+
+
+def test_tenants_of_no_listed_group_keep_their_thresholds() -> None:
+    stray = Tenant("default", "default", Slo(ttft_p95_s=5.0, tpot_p95_s=0.2))
+    action = _decide(_selector(), {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)}, (*TENANTS, stray))
+    assert "default" not in action.thresholds
+    assert set(action.thresholds) == {"rag", "chat"}
+
+
+def test_any_number_of_groups_fits_and_the_layout_check_never_refuses_it() -> None:
+    many = tuple(TenantGroup(f"g{i}", (f"t{i}",), 4, max_prefill=3, max_decode=4) for i in range(7))
+    tenants = tuple(Tenant(f"t{i}", f"g{i}", Slo(ttft_p95_s=1.0, tpot_p95_s=0.05)) for i in range(7))
+    pools = {g.name: PoolTargets(1, 3) for g in many}
+    context = PolicyContext(tenants=tenants, groups=many, current_pools=pools, current_thresholds={})
+    window = MetricWindow(end_s=1.0, window_s=1.0, tenants={}, groups={})
+    action = _selector().decide(build_observation(window, ObservationContext(tenants, many, {})), context)
+    assert set(action.thresholds) == {t.name for t in tenants}
+    assert layout_problem(_selector(), [t.name for t in tenants], [g.name for g in many]) is None
+
+
+# ------------------------------------------------------------------------------------------- artifacts
+
+
+def test_an_exported_selector_loads_through_the_one_loader_and_the_learned_spec(tmp_path: Path) -> None:
+    path = _write(tmp_path / "sel")
+    assert isinstance(load_learned(path), RuleSelector)
+    options = LoadOptions(resolve_policy(PolicyFile()), base_dir=tmp_path)
+    policy = build_policy("learned:sel", options)
+    assert policy.policy_id == "learned:sel"
+
+
+@pytest.mark.parametrize(
+    ("manifest", "tensors", "message"),
+    [
+        ({"rules": ["dynamo-legacy", "no-such-rule"]}, None, "rules: Value error, unknown rule 'no-such-rule'"),
+        ({"rules": ["aggregated", "aggregated"]}, None, "a rule is listed twice"),
+        ({"feature_hash": "0" * 16}, None, "feature_hash: artifact has"),
+        ({"hidden_width": 8}, None, "hidden_width: 8, the weights have 4"),
+        ({}, {"out.bias": np.zeros(3, dtype=np.float32)}, "tensor out.bias: shape (3,), expected (2,)"),
+        ({}, {"extra": np.zeros(1, dtype=np.float32)}, "unexpected ['extra']"),
+    ],
+)
+def test_a_bad_artifact_is_refused_in_one_line_naming_the_file_and_field(
+    tmp_path: Path, manifest: dict[str, object], tensors: dict[str, np.ndarray] | None, message: str
+) -> None:
+    fields = _manifest().model_dump(mode="json")
+    fields.update(manifest)
+    weights = {**_tensors(), **(tensors or {})}
+    path = _write(tmp_path / "bad", fields, weights)
+    with pytest.raises(PolicyLoadError) as err:
+        RuleSelector.load(path)
+    text = str(err.value)
+    assert "\n" not in text
+    assert str(path) in text
+    assert message in text
