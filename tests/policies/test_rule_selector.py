@@ -203,3 +203,34 @@ def test_a_bad_artifact_is_refused_in_one_line_naming_the_file_and_field(
     assert "\n" not in text
     assert str(path) in text
     assert message in text
+
+
+# ------------------------------------------------------------------------------------------- the shipped selector
+
+SHIPPED = Path(__file__).resolve().parents[2] / "experiments" / "results" / "learned" / "selector-family-policy"
+
+
+def test_the_shipped_selector_decides_on_a_live_policy_file_and_leaves_its_default_tenant_alone() -> None:
+    """The demo's policy file, as the controller resolves it: declared tenants in ``interactive`` plus the implicit
+    ``default`` tenant of no declared group; every declared tenant gets a rule's thresholds, ``default`` none."""
+    from pdctl.demo.config import DEFAULT_POLICY_FILE
+    from policies.policy_file import load_policy_file
+
+    base = resolve_policy(load_policy_file(DEFAULT_POLICY_FILE), str(DEFAULT_POLICY_FILE))
+    tenants = tuple(tp.tenant for tp in base.tenants.values())
+    groups = tuple(base.groups.values())
+    pools = {"interactive": PoolTargets(2, 6)}
+    thresholds = {name: tp.thresholds for name, tp in base.tenants.items()}
+    context = PolicyContext(tenants, groups, pools, thresholds, base_thresholds=thresholds)
+    window = MetricWindow(
+        end_s=10.0,
+        window_s=10.0,
+        tenants={t.name: TenantWindow(request_rate_rps=2.0, slo_attainment_frac=0.9) for t in tenants},
+        groups={"interactive": GroupWindow(num_prefill=2, num_decode=6)},
+    )
+    policy = load_learned(SHIPPED)
+    assert isinstance(policy, RuleSelector)
+    action = policy.decide(build_observation(window, context.observation_context()), context)
+    assert set(action.thresholds) == {"chatbot", "rag"}
+    assert action.pools == {"interactive": PoolTargets(2, 6)}  # it starts under its first rule, which holds pools
+    assert policy.chosen_rules() == {"interactive": policy.manifest.rules[0]}
