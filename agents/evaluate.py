@@ -67,6 +67,7 @@ __all__ = [
     "aggregate",
     "all_baseline_specs",
     "evaluate",
+    "evaluate_policies",
     "load_suites",
     "make_policy",
     "profiled_throughputs",
@@ -214,6 +215,25 @@ def evaluate(
     runs = run_many(specs, workers, on_done)
     rows = [row for run in runs for row in run.rows]
     return Evaluation(runs, aggregate(rows), grid_points)
+
+
+def evaluate_policies(
+    specs: Sequence[str], scenarios: Sequence[Path], seeds: Sequence[int]
+) -> dict[str, dict[str, float]]:
+    """Mean priority-weighted goodput (req/s) per policy and scenario over ``seeds``, plus ``mean`` per policy."""
+    out: dict[str, dict[str, float]] = {}
+    for spec in specs:
+        per_scenario: dict[str, float] = {}
+        for path in scenarios:
+            values = []
+            for seed in seeds:
+                result = run_one(RunSpec(spec, str(path), seed))
+                total = next(row for row in result.rows if row["tenant"] == "ALL")
+                values.append(float(total["weighted_goodput_rps"]))
+            per_scenario[path.stem] = float(np.mean(values))
+        per_scenario["mean"] = float(np.mean(list(per_scenario.values())))
+        out[spec] = per_scenario
+    return out
 
 
 def write_results(evaluation: Evaluation, out: Path, command: str) -> None:

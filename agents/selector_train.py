@@ -8,7 +8,7 @@
 3. **Fit** — the selector network (:func:`agents.selector_fit.fit_selector`), seeded by the experiment's ``seed``.
 4. **Export** — ``policy/`` (:class:`policies.rule_selector.SelectorManifest` + safetensors), logged to MLflow.
 5. **Evaluate** — on the family's validation scenarios and ``eval_seeds``, beside the experiment's baselines, through
-   the evaluation loop every policy is judged by (:func:`agents.train.evaluate_policies`).
+   the evaluation loop every policy is judged by (:func:`agents.evaluate.evaluate_policies`).
 6. **Register** — optionally, with that evaluation as the promotion gate's evidence, as ``pdctl train`` does.
 
 The test split is never generated here.
@@ -25,6 +25,7 @@ import mlflow
 import torch
 
 from agents.config import ExperimentConfig
+from agents.evaluate import evaluate_policies
 from agents.registry import log_evidence, register_policy, training_evidence, training_run
 from agents.selector_data import RolloutTask, collect_rollouts, selector_targets
 from agents.selector_fit import export_selector, fit_selector
@@ -69,8 +70,6 @@ def train_selector(
     evaluate_baselines: bool = True,
 ) -> SelectorTrainResult:
     """Run one ``algorithm: rule_selector`` experiment end to end (module docstring)."""
-    from agents.train import evaluate_policies
-
     selector = config.selector
     if selector is None or config.family is None:
         raise ValueError("train_selector: needs algorithm rule_selector, a selector section and a family")

@@ -53,7 +53,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agents.config import ExperimentConfig, ExperimentError, validation_lines
-from agents.evaluate import scenario_paths
+from agents.evaluate import evaluate_policies, scenario_paths
 from agents.registry import default_tracking_uri, ensure_experiment
 from agents.sweep_backends import (
     SweepError,
@@ -64,7 +64,6 @@ from agents.sweep_backends import (
     trial_backend,
 )
 from agents.tracking import provenance_tags
-from agents.train import evaluate_policies
 
 __all__ = [
     "RANKING_METRIC",

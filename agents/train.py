@@ -43,7 +43,7 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecNormalize
 
 from agents.config import ExperimentConfig
-from agents.evaluate import RunSpec, run_one, scenario_paths
+from agents.evaluate import evaluate_policies, scenario_paths
 from agents.export import export_policy
 from agents.registry import (
     log_evidence,
@@ -51,13 +51,14 @@ from agents.registry import (
     training_evidence,
     training_run,
 )
+from agents.selector_train import train_selector
 from agents.set_training import export_set, held_out_paths, set_env_factories, set_policy_args
 from agents.tracking import MlflowWriter, provenance_tags, run_name
 from agents.warm_start import warm_start
 from env.gym_env import PDClusterEnv
 from policies.features import ObservationLayout
 
-__all__ = ["EvalCheckpointCallback", "ScenarioMix", "TrainResult", "evaluate_policies", "make_vec_env", "train"]
+__all__ = ["EvalCheckpointCallback", "ScenarioMix", "TrainResult", "make_vec_env", "train"]
 
 
 class ScenarioMix(gym.Wrapper[np.ndarray, np.ndarray, np.ndarray, np.ndarray]):
@@ -115,25 +116,6 @@ def make_vec_env(config: ExperimentConfig) -> VecNormalize:
         clip_obs=10.0,
         gamma=config.hyperparameters.gamma,
     )
-
-
-def evaluate_policies(
-    specs: Sequence[str], scenarios: Sequence[Path], seeds: Sequence[int]
-) -> dict[str, dict[str, float]]:
-    """Mean priority-weighted goodput (req/s) per policy and scenario over ``seeds``, plus ``mean`` per policy."""
-    out: dict[str, dict[str, float]] = {}
-    for spec in specs:
-        per_scenario: dict[str, float] = {}
-        for path in scenarios:
-            values = []
-            for seed in seeds:
-                result = run_one(RunSpec(spec, str(path), seed))
-                total = next(row for row in result.rows if row["tenant"] == "ALL")
-                values.append(float(total["weighted_goodput_rps"]))
-            per_scenario[path.stem] = float(np.mean(values))
-        per_scenario["mean"] = float(np.mean(list(per_scenario.values())))
-        out[spec] = per_scenario
-    return out
 
 
 def _export(model: MaskablePPO, venv: VecNormalize, out: Path, config: ExperimentConfig, run_id: str | None) -> Path:
@@ -270,8 +252,6 @@ def train(
     ``algorithm: rule_selector`` runs the rule selector's recipe instead (:func:`agents.selector_train.train_selector`).
     """
     if config.algorithm == "rule_selector":
-        from agents.selector_train import train_selector
-
         selected = train_selector(
             config, out_dir, tracking_uri=tracking_uri, progress=progress, evaluate_baselines=evaluate_baselines
         )

