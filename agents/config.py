@@ -284,6 +284,12 @@ class SelectorConfig(_Strict):
     switch_patience_intervals: Annotated[int, Field(ge=1, le=100)] = 2
     workers: Annotated[int, Field(ge=1, le=64)] | None = None
     """Processes for the rollouts (default: the machine's cores)."""
+    rate_scales: Annotated[list[Annotated[float, Field(gt=0, le=10)]], Field(min_length=1)] = [1.0]
+    """Every training scenario is also rolled out with every tenant's rate multiplied by each of these, so the
+    selector sees loads beyond the family's (the capacity yardstick sweeps the rate)."""
+    label_window_intervals: Annotated[int, Field(ge=1, le=1000)] | None = None
+    """Label each interval by what each rule achieved on the requests arriving in this many intervals from it
+    (:func:`agents.selector_data.selector_targets`); unset: by the whole episode."""
 
     @model_validator(mode="after")
     def _known_rules(self) -> SelectorConfig:

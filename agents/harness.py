@@ -29,7 +29,7 @@ from env.gym_env import ControlStep, PDClusterEnv, resolve_scenario
 from env.sim.records import SimRequest
 from env.sim.simulator import ClusterSimulator
 from policies.schema import Tenant
-from policies.scoring import count_slo_met, quantiles, slo_attainment_frac
+from policies.scoring import quantiles, slo_attainment_frac, slo_met_mask
 from policies.watchdog import SloWatchdog
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "run_one",
     "run_one_safe",
     "slo_met",
+    "slo_met_arrivals_s",
     "weighted_goodput_rps",
 ]
 
@@ -123,12 +124,24 @@ def _quantiles(values: np.ndarray) -> tuple[float | None, float | None, float | 
     return p50, p95, p99
 
 
-def slo_met(sim: ClusterSimulator, tenant_index: int) -> int:
-    """Finished requests of one tenant that met both its TTFT and TPOT objectives (:mod:`policies.scoring`)."""
+def _slo_met_mask(sim: ClusterSimulator, tenant_index: int) -> tuple[list[SimRequest], np.ndarray]:
     finished: list[SimRequest] = sim.finished[tenant_index]
     ttft = np.fromiter((r.ttft_s for r in finished), dtype=np.float64, count=len(finished))
     tpot = np.fromiter((r.tpot_s for r in finished), dtype=np.float64, count=len(finished))
-    return count_slo_met(ttft, tpot, sim.slo_ttft_s[tenant_index], sim.slo_tpot_s[tenant_index])
+    return finished, slo_met_mask(ttft, tpot, sim.slo_ttft_s[tenant_index], sim.slo_tpot_s[tenant_index])
+
+
+def slo_met(sim: ClusterSimulator, tenant_index: int) -> int:
+    """Finished requests of one tenant that met both its TTFT and TPOT objectives (:mod:`policies.scoring`)."""
+    return int(np.count_nonzero(_slo_met_mask(sim, tenant_index)[1]))
+
+
+def slo_met_arrivals_s(sim: ClusterSimulator, tenant_index: int) -> np.ndarray:
+    """Arrival times (s) of one tenant's requests that met both objectives (those :func:`slo_met` counts)."""
+    finished, mask = _slo_met_mask(sim, tenant_index)
+    arrivals = np.fromiter((r.arrival_s for r in finished), dtype=np.float64, count=len(finished))
+    out: np.ndarray = arrivals[mask]
+    return out
 
 
 def weighted_goodput_rps(sim: ClusterSimulator, tenants: Sequence[Tenant], duration_s: float) -> float:

@@ -15,6 +15,7 @@ window it sees.
 from __future__ import annotations
 
 import math
+import pickle
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -23,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.harness import slo_met
+from agents.harness import slo_met, slo_met_arrivals_s
 from agents.policy_specs import make_policy
-from agents.runs import episode_env, run_episode
-from env.gym_env import resolve_scenario
+from agents.runs import episode_env, run_episode, scale_rates
+from env.gym_env import PDClusterEnv, resolve_scenario
 from policies.base import Policy, PolicyContext
 from policies.features import Observation
 from policies.rule_selector import GROUP_INPUT_WIDTH, group_features
@@ -34,13 +35,20 @@ from policies.schema import ControlAction
 from policies.set_features import build_set_observation
 
 __all__ = [
+    "ROLLOUT_CACHE_NAME",
     "GroupRollout",
     "RolloutTask",
     "SelectorDataset",
+    "cached_rollouts",
     "collect_rollouts",
     "rule_rollout",
     "selector_targets",
+    "window_goodput",
 ]
+
+ROLLOUT_CACHE_NAME = "rollouts.pkl"
+"""The rollouts of a selector run, kept in its output folder so a refit (another label window, loss or width)
+does not simulate them again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +60,8 @@ class RolloutTask:
     """A baseline name (``dynamo-legacy``), run as ``baseline:NAME``."""
     seed: int
     traces_dir: str | None = None
+    rate_scale: float = 1.0
+    """Every tenant's request rate multiplied by this (:func:`agents.runs.scale_rates`): loads beyond the family's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +77,13 @@ class GroupRollout:
     weighted_goodput_rps: float
     offered_weighted_rps: float
     wall_s: float
+    rate_scale: float = 1.0
+    decision_s: np.ndarray | None = None
+    """``[intervals]``: simulated time of each decision (the start of the interval it decides)."""
+    bin_s: float = 0.0
+    """Width of the bins below: the scenario's control interval."""
+    met_weighted_per_bin: np.ndarray | None = None
+    """``[bins]``: Σ priority over the group's requests that **arrived** in each bin and met both objectives."""
 
 
 class _Recorder:
@@ -75,6 +92,12 @@ class _Recorder:
     def __init__(self, inner: Policy) -> None:
         self.inner = inner
         self.inputs: list[np.ndarray] = []
+        self.decision_s: list[float] = []
+        self._env: PDClusterEnv | None = None
+
+    def bind(self, env: PDClusterEnv) -> None:
+        """Keep the env, to stamp each decision with its simulated time."""
+        self._env = env
 
     @property
     def policy_id(self) -> str:
@@ -84,6 +107,7 @@ class _Recorder:
     def decide(self, observation: Observation, context: PolicyContext) -> ControlAction:
         """Record the inputs, then decide as the rule."""
         grouped = context.grouped()
+        self.decision_s.append(self._env.sim.now_s if self._env is not None else math.nan)
         self.inputs.append(group_features(build_set_observation(observation.window, grouped.observation_context())))
         return self.inner.decide(observation, context)
 
@@ -91,16 +115,21 @@ class _Recorder:
 def rule_rollout(task: RolloutTask) -> list[GroupRollout]:
     """Run ``task`` and return one :class:`GroupRollout` per tenant group (module docstring)."""
     start = time.perf_counter()
-    scenario = resolve_scenario(Path(task.scenario_path), task.traces_dir)
+    scenario = scale_rates(resolve_scenario(Path(task.scenario_path), task.traces_dir), task.rate_scale)
     recorder = _Recorder(make_policy(f"baseline:{task.rule}", scenario))
     env = episode_env(scenario, recorder.inner, task.traces_dir)
     sim = run_episode(env, recorder, task.seed).sim
     duration_s = scenario.duration_s
+    bin_s = scenario.control_interval_s
+    edges = np.arange(math.ceil(duration_s / bin_s) + 1) * bin_s
     inputs = np.stack(recorder.inputs) if recorder.inputs else np.zeros((0, len(env.groups), GROUP_INPUT_WIDTH))
     wall_s = time.perf_counter() - start
     out = []
     for gi, group in enumerate(env.groups):
         members = [(ti, t) for ti, t in enumerate(env.tenants) if t.group == group.name]
+        met_per_bin = np.zeros(len(edges) - 1)
+        for ti, tenant in members:
+            met_per_bin += tenant.priority * np.histogram(slo_met_arrivals_s(sim, ti), bins=edges)[0]
         out.append(
             GroupRollout(
                 scenario=scenario.name,
@@ -111,6 +140,10 @@ def rule_rollout(task: RolloutTask) -> list[GroupRollout]:
                 weighted_goodput_rps=sum(t.priority * slo_met(sim, ti) for ti, t in members) / duration_s,
                 offered_weighted_rps=sum(t.priority * len(sim.arrived[ti]) for ti, t in members) / duration_s,
                 wall_s=wall_s,
+                rate_scale=task.rate_scale,
+                decision_s=np.asarray(recorder.decision_s, dtype=np.float64),
+                bin_s=bin_s,
+                met_weighted_per_bin=met_per_bin,
             )
         )
     return out
@@ -136,6 +169,35 @@ def collect_rollouts(
     return [r for per_task in results for r in per_task]
 
 
+def cached_rollouts(
+    path: Path, tasks: Sequence[RolloutTask], workers: int, on_done: Callable[[int, int], None] | None = None
+) -> tuple[list[GroupRollout], float]:
+    """The rollouts of ``tasks`` and the seconds they took to simulate, cached at ``path``.
+
+    Read from ``path`` when it holds exactly these tasks, else run (:func:`collect_rollouts`) and written there.
+
+    The cache is this run's own output (a pickle written by this function); a file that cannot be read or holds
+    other tasks is replaced.
+    """
+    if path.exists():
+        try:
+            with path.open("rb") as fh:
+                cached = pickle.load(fh)
+            if cached.get("tasks") == list(tasks):
+                return cached["rollouts"], float(cached["rollout_s"])
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, TypeError):
+            pass
+    start = time.perf_counter()
+    rollouts = collect_rollouts(tasks, workers, on_done)
+    rollout_s = time.perf_counter() - start
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("wb") as fh:
+        pickle.dump({"tasks": list(tasks), "rollouts": rollouts, "rollout_s": rollout_s}, fh)
+    tmp.replace(path)
+    return rollouts, rollout_s
+
+
 @dataclass(frozen=True, slots=True)
 class SelectorDataset:
     """Inputs, soft rule targets and sample weights (each group of each scenario weighs 1 in all)."""
@@ -154,24 +216,54 @@ class SelectorDataset:
     """How many of them each rule is best on."""
 
 
-def selector_targets(
-    rollouts: Sequence[GroupRollout], rules: Sequence[str], temperature_frac: float
-) -> SelectorDataset:
-    """Soft targets per labelled group: ``softmax((goodput / best − 1) / temperature_frac)`` over ``rules``.
+def window_goodput(rollout: GroupRollout, window_intervals: int) -> np.ndarray:
+    """``[intervals]``: the weighted goodput of the requests arriving in ``window_intervals`` bins from each decision.
 
-    A group whose every rule has zero goodput (nothing could meet its objectives) teaches nothing and is left
-    out. Each group's samples are all its rollouts' intervals (under every rule), weighted to 1 in all.
+    Raises:
+        ValueError: the rollout has no per-bin record, or ``window_intervals`` is not positive.
+    """
+    if window_intervals < 1:
+        raise ValueError(f"window_intervals must be >= 1, got {window_intervals}")
+    if rollout.decision_s is None or rollout.met_weighted_per_bin is None or rollout.bin_s <= 0:
+        raise ValueError(f"scenario {rollout.scenario} rule {rollout.rule}: the rollout has no per-interval record")
+    cumulative = np.concatenate([[0.0], np.cumsum(rollout.met_weighted_per_bin)])
+    bins = len(rollout.met_weighted_per_bin)
+    first = np.clip(np.round(rollout.decision_s / rollout.bin_s).astype(np.int64), 0, bins)
+    last = np.minimum(first + window_intervals, bins)
+    out: np.ndarray = cumulative[last] - cumulative[first]
+    return out
+
+
+def selector_targets(
+    rollouts: Sequence[GroupRollout],
+    rules: Sequence[str],
+    temperature_frac: float,
+    window_intervals: int | None = None,
+) -> SelectorDataset:
+    """Targets per labelled group: each rule's goodput over the best rule's, and a soft best-rule distribution.
+
+    The soft target is ``softmax((goodput / best − 1) / temperature_frac)`` over ``rules``.
+
+    With ``window_intervals`` unset a group's goodput is its whole episode's, the same label at every interval.
+    With it set, the sample of interval *k* is labelled by what each rule's rollout achieved on the requests
+    arriving in the ``window_intervals`` intervals from *k* on (:func:`window_goodput`; every rule's rollout sees
+    the same arrivals), so an incident or a surge is labelled where it happens; each window then weighs in
+    proportion to its best rule's goodput, and windows where nothing met its objectives are left out.
+
+    A group whose every rule has zero goodput teaches nothing and is left out. Each group's samples are all its
+    rollouts' intervals (under every rule), weighted to 1 in all.
 
     Raises:
         ValueError: a group lacks a rollout of some rule, or ``temperature_frac`` is not positive.
     """
     if temperature_frac <= 0:
         raise ValueError(f"temperature_frac must be > 0, got {temperature_frac}")
-    by_group: dict[tuple[str, int, str], dict[str, GroupRollout]] = {}
+    by_group: dict[tuple[str, int, float, str], dict[str, GroupRollout]] = {}
     for rollout in rollouts:
-        by_group.setdefault((rollout.scenario, rollout.seed, rollout.group), {})[rollout.rule] = rollout
+        by_group.setdefault((rollout.scenario, rollout.seed, rollout.rate_scale, rollout.group), {})[rollout.rule] = (
+            rollout
+        )
     xs: list[np.ndarray] = []
-    ys: list[np.ndarray] = []
     rs: list[np.ndarray] = []
     ws: list[np.ndarray] = []
     best_counts = dict.fromkeys(rules, 0)
@@ -179,30 +271,41 @@ def selector_targets(
     for key, per_rule in sorted(by_group.items()):
         missing = [r for r in rules if r not in per_rule]
         if missing:
-            raise ValueError(f"scenario {key[0]} seed {key[1]} group {key[2]}: no rollout of rule {missing[0]}")
+            raise ValueError(f"scenario {key[0]} seed {key[1]} group {key[3]}: no rollout of rule {missing[0]}")
         goodput = np.array([per_rule[r].weighted_goodput_rps for r in rules], dtype=np.float64)
-        best = float(goodput.max())
-        if best <= 0:
+        if float(goodput.max()) <= 0:
             continue
-        logits = (goodput / best - 1.0) / temperature_frac
-        target = np.exp(logits - logits.max())
-        target /= target.sum()
-        inputs = np.concatenate([per_rule[r].inputs for r in rules])
-        if len(inputs) == 0:
+        intervals = len(per_rule[rules[0]].inputs)
+        if intervals == 0:
+            continue
+        if window_intervals is None:
+            ratios = np.repeat((goodput / goodput.max())[None, :], intervals, axis=0)
+            importance = np.ones(intervals)
+        else:
+            windowed = np.stack([window_goodput(per_rule[r], window_intervals) for r in rules], axis=1)
+            importance = windowed.max(1)
+            ratios = windowed / np.maximum(importance, 1e-12)[:, None]
+        keep = importance > 0
+        if not keep.any():
             continue
         labelled += 1
         best_counts[rules[int(np.argmax(goodput))]] += 1
-        xs.append(inputs)
-        ys.append(np.repeat(target[None, :], len(inputs), axis=0))
-        rs.append(np.repeat((goodput / best)[None, :], len(inputs), axis=0))
-        ws.append(np.full(len(inputs), 1.0 / len(inputs)))
+        share = importance[keep] / importance[keep].sum() / len(rules)
+        for rule in rules:
+            xs.append(per_rule[rule].inputs[keep])
+            rs.append(ratios[keep])
+            ws.append(share)
     if not xs:
         raise ValueError("no labelled group: every rollout had zero goodput")
+    ratios_all = np.concatenate(rs)
+    logits = (ratios_all - 1.0) / temperature_frac
+    targets = np.exp(logits - logits.max(1, keepdims=True))
+    targets /= targets.sum(1, keepdims=True)
     weights = np.concatenate(ws)
     return SelectorDataset(
         inputs=np.concatenate(xs).astype(np.float32),
-        targets=np.concatenate(ys).astype(np.float32),
-        ratios=np.concatenate(rs).astype(np.float32),
+        targets=targets.astype(np.float32),
+        ratios=ratios_all.astype(np.float32),
         weights=(weights * len(weights) / max(math.fsum(weights), 1e-12)).astype(np.float32),
         groups=labelled,
         best_counts=best_counts,

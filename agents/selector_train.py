@@ -27,7 +27,7 @@ import torch
 from agents.config import ExperimentConfig
 from agents.evaluate import evaluate_policies
 from agents.registry import log_evidence, register_policy, training_evidence, training_run
-from agents.selector_data import RolloutTask, collect_rollouts, selector_targets
+from agents.selector_data import ROLLOUT_CACHE_NAME, RolloutTask, cached_rollouts, selector_targets
 from agents.selector_fit import export_selector, fit_selector
 from agents.set_training import family_split_paths, held_out_paths, scenario_source
 from agents.tracking import git_commit, run_name
@@ -94,20 +94,29 @@ def train_selector(
         paths = family_split_paths(
             config, out / "train-scenarios", config.family.train_split, selector.family_scenarios
         )
-        tasks = [RolloutTask(str(p), rule, seed) for p in paths for seed in selector.seeds for rule in selector.rules]
+        tasks = [
+            RolloutTask(str(p), rule, seed, rate_scale=scale)
+            for p in paths
+            for scale in selector.rate_scales
+            for seed in selector.seeds
+            for rule in selector.rules
+        ]
 
         def report(done: int, total: int) -> None:
             if progress and (done % 20 == 0 or done == total):
                 print(f"rollouts: {done}/{total} ({time.perf_counter() - start:.0f} s)", flush=True)
 
-        rollouts = collect_rollouts(tasks, selector.workers or os.cpu_count() or 1, report)
-        rollout_s = time.perf_counter() - start
+        rollouts, rollout_s = cached_rollouts(
+            out / ROLLOUT_CACHE_NAME, tasks, selector.workers or os.cpu_count() or 1, report
+        )
         per_run = {
-            (r.scenario, r.seed, r.rule): len(r.inputs) for r in rollouts
+            (r.scenario, r.seed, r.rate_scale, r.rule): len(r.inputs) for r in rollouts
         }  # every group of a run: same intervals
         intervals = sum(per_run.values())
         # 2. label, 3. fit
-        data = selector_targets(rollouts, selector.rules, selector.temperature_frac)
+        data = selector_targets(
+            rollouts, selector.rules, selector.temperature_frac, window_intervals=selector.label_window_intervals
+        )
         fit = fit_selector(
             data,
             hidden_width=selector.hidden_width,

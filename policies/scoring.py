@@ -48,6 +48,7 @@ __all__ = [
     "quantile",
     "quantiles",
     "slo_attainment_frac",
+    "slo_met_mask",
 ]
 
 
@@ -89,10 +90,10 @@ def meets_slo(
     return tpot_s is None or tpot_s <= tpot_bound
 
 
-def count_slo_met(
+def slo_met_mask(
     ttft_s: ArrayLike, tpot_s: ArrayLike, ttft_objective_s: float | None, tpot_objective_s: float | None
-) -> int:
-    """How many finished requests met the SLO (vectorised :func:`meets_slo` over successful completions).
+) -> np.ndarray:
+    """Which finished requests met the SLO: :func:`meets_slo` vectorised over successful completions.
 
     Args:
         ttft_s: TTFT of each successfully finished request, seconds.
@@ -101,7 +102,7 @@ def count_slo_met(
         tpot_objective_s: per-request TPOT bound (``None`` or ``inf``: no objective).
 
     Returns:
-        The number of requests within both objectives.
+        A boolean array of the inputs' shape.
 
     Raises:
         ValueError: the arrays differ in shape, or an objective is zero, negative or NaN.
@@ -112,7 +113,19 @@ def count_slo_met(
     tpot = np.asarray(tpot_s, dtype=np.float64)
     if ttft.shape != tpot.shape:
         raise ValueError(f"ttft_s and tpot_s differ in shape: {ttft.shape} vs {tpot.shape}")
-    return int(np.count_nonzero((ttft <= ttft_bound) & (tpot <= tpot_bound)))
+    mask: np.ndarray = (ttft <= ttft_bound) & (tpot <= tpot_bound)
+    return mask
+
+
+def count_slo_met(
+    ttft_s: ArrayLike, tpot_s: ArrayLike, ttft_objective_s: float | None, tpot_objective_s: float | None
+) -> int:
+    """How many finished requests met the SLO (the true entries of :func:`slo_met_mask`).
+
+    Raises:
+        ValueError: the arrays differ in shape, or an objective is zero, negative or NaN.
+    """
+    return int(np.count_nonzero(slo_met_mask(ttft_s, tpot_s, ttft_objective_s, tpot_objective_s)))
 
 
 def slo_attainment_frac(num_met: int, num_arrived: int) -> float | None:

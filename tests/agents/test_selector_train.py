@@ -8,9 +8,17 @@ import numpy as np
 import pytest
 import yaml
 
+from agents import selector_data
 from agents.config import ExperimentError, load_experiment
 from agents.runs import episode_env, run_episode
-from agents.selector_data import GroupRollout, RolloutTask, rule_rollout, selector_targets
+from agents.selector_data import (
+    GroupRollout,
+    RolloutTask,
+    cached_rollouts,
+    rule_rollout,
+    selector_targets,
+    window_goodput,
+)
 from agents.selector_fit import fit_selector
 from agents.train import train
 from env.gym_env import resolve_scenario
@@ -55,6 +63,40 @@ def test_targets_are_each_rules_goodput_over_the_best_and_every_group_weighs_one
     np.testing.assert_allclose(data.targets[0], soft / soft.sum(), rtol=1e-5)
     g1, g2 = data.weights[:4].sum(), data.weights[4:].sum()
     assert g1 == pytest.approx(g2)  # 4 and 12 samples, one group each
+
+
+def _binned(rule: str, met_per_bin: list[float], inputs: np.ndarray) -> GroupRollout:
+    bins = np.asarray(met_per_bin, dtype=np.float64)
+    return GroupRollout(
+        "s", 0, "g1", rule, inputs.astype(np.float32), float(bins.sum()) / 40.0, 10.0, 0.0,
+        decision_s=np.arange(1, len(inputs) + 1) * 10.0, bin_s=10.0, met_weighted_per_bin=bins,
+    )  # fmt: skip
+
+
+def test_a_window_sums_the_goodput_of_the_requests_arriving_in_it_and_stops_at_the_episode_end() -> None:
+    rollout = _binned("dynamo-legacy", [1.0, 2.0, 3.0, 4.0], _inputs(0.0, 3))  # decisions at 10, 20, 30 s
+    np.testing.assert_allclose(window_goodput(rollout, 1), [2.0, 3.0, 4.0])
+    np.testing.assert_allclose(window_goodput(rollout, 2), [5.0, 7.0, 4.0])
+    with pytest.raises(ValueError, match="window_intervals must be >= 1"):
+        window_goodput(rollout, 0)
+    with pytest.raises(ValueError, match="scenario s rule aggregated: the rollout has no per-interval record"):
+        window_goodput(_rollout("g1", "aggregated", 1.0, _inputs(0.0)), 2)
+
+
+def test_windowed_labels_follow_the_rule_that_wins_where_it_happens() -> None:
+    """Legacy wins the episode, aggregated the incident in its middle: the episode label says legacy everywhere,
+    the windowed label says aggregated during the incident and nothing where no rule met an objective."""
+    legacy = _binned("dynamo-legacy", [0.0, 9.0, 1.0, 9.0, 9.0], _inputs(0.0, 4))
+    aggregated = _binned("aggregated", [0.0, 5.0, 4.0, 5.0, 5.0], _inputs(1.0, 4))
+    whole = selector_targets([legacy, aggregated], RULES, 0.05)
+    assert (whole.ratios.argmax(1) == 0).all()
+    data = selector_targets([legacy, aggregated], RULES, 0.05, window_intervals=1)
+    np.testing.assert_allclose(data.ratios[:4], [[1.0, 5 / 9], [0.25, 1.0], [1.0, 5 / 9], [1.0, 5 / 9]])
+    assert len(data.inputs) == 8  # both rules' four decisions; every window has some goodput
+    np.testing.assert_allclose(data.weights[:4] / data.weights[0], [1.0, 4 / 9, 1.0, 1.0])  # by the best's goodput
+    empty = _binned("dynamo-legacy", [0.0, 0.0, 1.0, 0.0, 0.0], _inputs(0.0, 4))
+    data = selector_targets([empty, _binned("aggregated", [0.0] * 5, _inputs(1.0, 4))], RULES, 0.05, 1)
+    assert len(data.inputs) == 2  # only the window with goodput is labelled, once per rule's rollout
 
 
 def test_a_group_without_a_rollout_of_every_rule_is_refused_naming_it() -> None:
@@ -145,6 +187,43 @@ def test_a_rollout_records_each_groups_inputs_every_interval_and_its_goodput(tmp
         assert 0.0 <= r.weighted_goodput_rps <= r.offered_weighted_rps
     again = rule_rollout(RolloutTask(str(path), "dynamo-legacy", 0))
     np.testing.assert_array_equal(again[0].inputs, rollouts[0].inputs)  # seeded: the same run twice
+    for r in rollouts:  # the per-interval record adds up to the episode's goodput
+        assert r.decision_s is not None
+        assert r.met_weighted_per_bin is not None
+        assert len(r.decision_s) == intervals
+        assert np.all(np.diff(r.decision_s) == scenario.control_interval_s)
+        assert r.met_weighted_per_bin.sum() == pytest.approx(r.weighted_goodput_rps * scenario.duration_s)
+    doubled = rule_rollout(RolloutTask(str(path), "dynamo-legacy", 0, rate_scale=2.0))
+    offered = sum(r.offered_weighted_rps for r in rollouts)
+    assert sum(r.offered_weighted_rps for r in doubled) == pytest.approx(2 * offered, rel=0.2)
+    assert {r.rate_scale for r in doubled} == {2.0}
+
+
+def test_rollouts_are_cached_in_the_run_folder_for_the_same_tasks_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = load_experiment(_experiment(tmp_path, _small_family(tmp_path)))
+    from agents.set_training import family_split_paths
+
+    (path,) = family_split_paths(config, tmp_path / "scenarios", "train", 1)
+    tasks = [RolloutTask(str(path), "dynamo-legacy", 0)]
+    cache = tmp_path / "run" / "rollouts.pkl"
+    first, first_s = cached_rollouts(cache, tasks, 1)
+    assert cache.exists()
+    assert first_s > 0
+    calls: list[int] = []
+    real = selector_data.collect_rollouts
+    monkeypatch.setattr(selector_data, "collect_rollouts", lambda *a, **k: calls.append(1) or real(*a, **k))
+    again, again_s = cached_rollouts(cache, tasks, 1)
+    assert calls == []
+    assert again_s == first_s
+    np.testing.assert_array_equal(again[0].inputs, first[0].inputs)
+    other = [RolloutTask(str(path), "aggregated", 0)]
+    assert cached_rollouts(cache, other, 1)[0][0].rule == "aggregated"
+    assert calls == [1]
+    cache.write_bytes(b"not a pickle")
+    assert cached_rollouts(cache, other, 1)[0][0].rule == "aggregated"
+    assert calls == [1, 1]
 
 
 @pytest.mark.parametrize(
@@ -153,6 +232,8 @@ def test_a_rollout_records_each_groups_inputs_every_interval_and_its_goodput(tmp
         ({"rules": ["dynamo-legacy", "nope"]}, "unknown baseline 'nope'"),
         ({"rules": ["aggregated"]}, "rules"),
         ({"seeds": [1000]}, "selector.seeds"),
+        ({"rate_scales": [0.0]}, "selector.rate_scales"),
+        ({"label_window_intervals": 0}, "selector.label_window_intervals"),
     ],
 )
 def test_a_bad_selector_section_is_refused_naming_the_field(

@@ -17,6 +17,7 @@ from policies.scoring import (
     quantile,
     quantiles,
     slo_attainment_frac,
+    slo_met_mask,
 )
 
 INF = math.inf
@@ -57,8 +58,10 @@ def test_count_agrees_with_the_scalar_definition() -> None:
     ttft = rng.uniform(0.0, 1.0, 500)
     tpot = rng.uniform(0.0, 0.1, 500)
     tpot[::7] = 0.0  # one-token outputs, as the simulator records them
-    expected = sum(meets_slo(float(a), float(b), 0.5, 0.05) for a, b in zip(ttft, tpot, strict=True))
+    scalar = [meets_slo(float(a), float(b), 0.5, 0.05) for a, b in zip(ttft, tpot, strict=True)]
+    expected = sum(scalar)
     assert count_slo_met(ttft, tpot, 0.5, 0.05) == expected
+    assert slo_met_mask(ttft, tpot, 0.5, 0.05).tolist() == scalar  # request by request
     assert 0 < expected < 500
     assert count_slo_met([], [], 0.5, 0.05) == 0
     assert count_slo_met([0.1, math.nan], [math.nan, 0.01], None, None) == 0
