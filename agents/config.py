@@ -282,6 +282,10 @@ class SelectorConfig(_Strict):
     temperature_frac: Annotated[float, Field(gt=0)] = 0.05
     """``soft_best`` only: the softening of the best-rule distribution."""
     switch_patience_intervals: Annotated[int, Field(ge=1, le=100)] = 2
+    patience_streak: Literal["same_rule", "any_better"] = "same_rule"
+    """What the patience counts (:attr:`policies.rule_selector.SelectorManifest.patience_streak`)."""
+    first_decision: Literal["first_rule", "scored"] = "first_rule"
+    """How a group starts (:attr:`policies.rule_selector.SelectorManifest.first_decision`)."""
     workers: Annotated[int, Field(ge=1, le=64)] | None = None
     """Processes for the rollouts (default: the machine's cores)."""
     rate_scales: Annotated[list[Annotated[float, Field(gt=0, le=10)]], Field(min_length=1)] = [1.0]

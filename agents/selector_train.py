@@ -145,6 +145,8 @@ def train_selector(
             rules=list(selector.rules),
             hidden_width=selector.hidden_width,
             switch_patience_intervals=selector.switch_patience_intervals,
+            patience_streak=selector.patience_streak,
+            first_decision=selector.first_decision,
             algorithm=f"rule_selector/{selector.loss}",
             mlflow_run_id=run_id,
             git_commit=git_commit(),

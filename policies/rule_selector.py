@@ -10,9 +10,11 @@ chooses, a group is run by one of the rules a platform team already trusts, neve
 
 * **Any layout.** The network sees one group at a time, so any number of groups and tenants and any GPU budget
   fit; nothing counts groups, tenants or instances.
-* **Hysteresis.** A group changes rule only after the same other rule has scored best for
+* **Hysteresis.** A group changes rule only after the same other rule (or, with
+  :attr:`SelectorManifest.patience_streak` ``any_better``, any other rule) has scored best for
   :attr:`SelectorManifest.switch_patience_intervals` intervals in a row; it starts under the manifest's first
-  rule (the watchdog's fallback by default).
+  rule (the watchdog's fallback by default) or, with :attr:`SelectorManifest.first_decision` ``scored``, under
+  the rule its first window scores best.
 * **Pools.** A rule that sizes pools (``aggregated``) sets them; under a rule that holds pools as deployed, the
   group returns to the split the selector found at its first decision, relative to the budget
   (:class:`policies.watchdog.BudgetSplit`), so leaving ``aggregated`` restores the deployed prefill pool.
@@ -113,6 +115,13 @@ class SelectorManifest(BaseModel):
     """Baseline names (``policies.baselines``), in the network's output order; the first acts at the start."""
     hidden_width: int = Field(ge=1)
     switch_patience_intervals: int = Field(default=2, ge=1)
+    patience_streak: Literal["same_rule", "any_better"] = "same_rule"
+    """What the patience counts: intervals in a row that the **same** other rule scores best (``same_rule``), or
+    intervals in a row that **some** other rule scores above the acting one (``any_better``; the switch then goes
+    to the latest best), so that a group whose rule is failing does not wait while the alternatives trade places."""
+    first_decision: Literal["first_rule", "scored"] = "first_rule"
+    """At a group's first decision: start under the first rule and let the patience run (``first_rule``), or act
+    at once as the best-scored rule (``scored``: nothing was chosen before, so there is nothing to flap from)."""
     algorithm: str = ""
     mlflow_run_id: str | None = None
     git_commit: str | None = None
@@ -246,7 +255,11 @@ class RuleSelector:
             if group.name not in self._splits:
                 running = context.current_pools.get(group.name)
                 self._splits[group.name] = None if running is None else BudgetSplit.of(group, running)
-            chosen.append(self._advance(self._groups.setdefault(group.name, _GroupState()), int(np.argmax(scores[gi]))))
+            state = self._groups.get(group.name)
+            if state is None:
+                first = int(np.argmax(scores[gi])) if self.manifest.first_decision == "scored" else 0
+                state = self._groups[group.name] = _GroupState(rule=first)
+            chosen.append(self._advance(state, int(np.argmax(scores[gi]))))
         decisions = {i: self.rules[i].decide(observation, context) for i in sorted(set(chosen))}
         thresholds: dict[str, RoutingThresholds] = {}
         pools: dict[str, PoolTargets] = {}
@@ -267,7 +280,8 @@ class RuleSelector:
         if best == state.rule:
             state.proposed, state.streak = None, 0
             return state.rule
-        state.streak = state.streak + 1 if best == state.proposed else 1
+        same = best == state.proposed or self.manifest.patience_streak == "any_better"
+        state.streak = state.streak + 1 if same else 1
         state.proposed = best
         if state.streak >= self.manifest.switch_patience_intervals:
             state.rule, state.proposed, state.streak = best, None, 0

@@ -150,6 +150,39 @@ def test_a_one_interval_blip_does_not_switch_and_leaving_aggregated_restores_the
     assert back.pools["hot"] == PoolTargets(6, 2)  # the split found at the first decision, restored
 
 
+def _three_rule_selector(**manifest: object) -> RuleSelector:
+    """Legacy never scores best: aggregated does above half the prefill share, isl-bounding below."""
+    tensors = _tensors()
+    tensors["out.weight"] = np.vstack([tensors["out.weight"], np.zeros((1, 4), dtype=np.float32)])
+    tensors["out.bias"] = np.array([0.0, -5.0, 1.0], dtype=np.float32)
+    rules = [*RULES, "dynamo-isl-bounding"]
+    return RuleSelector(_manifest(rules=rules, **manifest), SelectorNetwork.from_tensors(tensors, 3), source="t")
+
+
+def test_any_better_patience_leaves_a_rule_that_every_interval_scores_below_another() -> None:
+    high, low = (
+        {"hot": PoolTargets(6, 2), "cool": PoolTargets(6, 2)},
+        {"hot": PoolTargets(1, 7), "cool": PoolTargets(1, 7)},
+    )
+    same, anyb = _three_rule_selector(), _three_rule_selector(patience_streak="any_better")
+    for pools in (high, low, high, low):  # the alternatives trade places every interval
+        _decide(same, pools)
+        _decide(anyb, pools)
+    assert same.chosen_rules()["hot"] == "dynamo-legacy"  # same_rule: no rule was best twice in a row
+    assert anyb.chosen_rules()["hot"] == "dynamo-isl-bounding"  # the latest best, after two intervals
+
+
+def test_a_scored_first_decision_acts_at_once_and_the_patience_holds_after_it() -> None:
+    selector = RuleSelector(
+        _manifest(first_decision="scored"), SelectorNetwork.from_tensors(_tensors(), len(RULES)), source="t"
+    )
+    first = _decide(selector, {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)})
+    assert selector.chosen_rules() == {"hot": "aggregated", "cool": "dynamo-legacy"}
+    assert first.thresholds["rag"].rule is RouteRule.AGGREGATED_ONLY
+    _decide(selector, {"hot": PoolTargets(1, 7), "cool": PoolTargets(1, 7)})  # one interval: no switch back
+    assert selector.chosen_rules()["hot"] == "aggregated"
+
+
 def test_tenants_of_no_listed_group_keep_their_thresholds() -> None:
     stray = Tenant("default", "default", Slo(ttft_p95_s=5.0, tpot_p95_s=0.2))
     action = _decide(_selector(), {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)}, (*TENANTS, stray))
