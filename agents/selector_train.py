@@ -1,10 +1,14 @@
 """The rule selector's recipe (``algorithm: rule_selector``): roll out → label → fit → export → evaluate → register.
 
 1. **Roll out** — every rule of ``selector.rules`` runs the first ``selector.family_scenarios`` scenarios of the
-   family's training split on ``selector.seeds`` (:func:`agents.selector_data.collect_rollouts`); each tenant
-   group's inputs at every interval and its goodput are kept.
-2. **Label** — per group, each rule's goodput over the best rule's (:func:`agents.selector_data.selector_targets`):
-   a hindsight label, used for training only.
+   family's training split on ``selector.seeds``, at each of ``selector.rate_scales``
+   (:func:`agents.selector_data.collect_rollouts`); each tenant group's inputs at every interval and its goodput,
+   per interval and over the episode, are kept in ``OUT/rollouts.pkl``, which a rerun with the same rollouts reads
+   instead of simulating again (:func:`agents.selector_data.cached_rollouts`; the reported wall time is then still
+   that of a run from scratch).
+2. **Label** — per group, each rule's goodput over the best rule's, over the episode or over the
+   ``selector.label_window_intervals`` from each interval (:func:`agents.selector_data.selector_targets`): a
+   hindsight label, used for training only.
 3. **Fit** — the selector network (:func:`agents.selector_fit.fit_selector`), seeded by the experiment's ``seed``.
 4. **Export** — ``policy/`` (:class:`policies.rule_selector.SelectorManifest` + safetensors), logged to MLflow.
 5. **Evaluate** — on the family's validation scenarios and ``eval_seeds``, beside the experiment's baselines, through
@@ -109,6 +113,7 @@ def train_selector(
         rollouts, rollout_s = cached_rollouts(
             out / ROLLOUT_CACHE_NAME, tasks, selector.workers or os.cpu_count() or 1, report
         )
+        fit_start = time.perf_counter()
         per_run = {
             (r.scenario, r.seed, r.rate_scale, r.rule): len(r.inputs) for r in rollouts
         }  # every group of a run: same intervals
@@ -127,7 +132,7 @@ def train_selector(
             seed=config.seed,
             loss=selector.loss,
         )
-        wall_s = time.perf_counter() - start
+        wall_s = rollout_s + time.perf_counter() - fit_start  # a run from scratch, also when the rollouts were cached
         for epoch, loss in enumerate(fit.losses):
             mlflow.log_metric("selector/loss", loss, step=epoch)
         mlflow.log_metrics({"selector/agreement_frac": fit.agreement_frac, "selector/labelled_groups": data.groups,

@@ -172,6 +172,33 @@ def test_pdctl_train_runs_the_selector_recipe_end_to_end(tmp_path: Path) -> None
     assert result.evaluation[f"learned:{result.artifact}"]["mean"] >= 0.0
 
 
+@pytest.mark.train
+def test_a_rerun_with_another_label_window_refits_from_the_cached_rollouts(tmp_path: Path) -> None:
+    import json
+
+    family = _small_family(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = train(
+        load_experiment(_experiment(tmp_path, family, rate_scales=[1.0, 2.0])),
+        tmp_path / "run",
+        tracking_uri=uri,
+        progress=False,
+    )
+    fit = json.loads((tmp_path / "run" / "selector-fit.json").read_text())
+    assert 2 * 2 < fit["labelled_groups"] <= 2 * 2 * 2  # two scenarios at two loads, two groups each, labelled apart
+    config = load_experiment(
+        _experiment(tmp_path, family, rate_scales=[1.0, 2.0], label_window_intervals=2, patience_streak="any_better")
+    )
+    second = train(config, tmp_path / "run", tracking_uri=uri, progress=False)
+    again = json.loads((tmp_path / "run" / "selector-fit.json").read_text())
+    assert again["rollout_s"] == fit["rollout_s"]  # read from OUT/rollouts.pkl, not simulated again
+    assert second.wall_s >= again["rollout_s"]  # the reported time is still that of a run from scratch
+    assert second.timesteps == first.timesteps
+    policy = load_learned(second.artifact)
+    assert isinstance(policy, RuleSelector)
+    assert policy.manifest.patience_streak == "any_better"
+
+
 def test_a_rollout_records_each_groups_inputs_every_interval_and_its_goodput(tmp_path: Path) -> None:
     from agents.set_training import family_split_paths
 
