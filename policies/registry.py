@@ -12,8 +12,8 @@ Core kinds:
   client lives outside the pure core) that turns the URI into a local directory holding either a learned
   artifact or a ``policy.yaml``;
 * ``learned:default`` — the shipped default learned policy under the safety layer it ships with
-  (:data:`DEFAULT_LEARNED_SPEC`: the layout-free set policy trained on the default scenario family, under the SLO
-  watchdog with the single best rule over that family as its fallback);
+  (:data:`DEFAULT_LEARNED_SPEC`: the rule selector trained on the default scenario family, under the SLO watchdog
+  with the single best rule over that family as its fallback);
 * ``watchdog:PRIMARY`` and ``watchdog[FALLBACK]:PRIMARY`` — ``PRIMARY`` (any core kind but another watchdog)
   under the SLO watchdog of :mod:`policies.watchdog` (default parameters), with a ``baseline:`` or ``file:``
   fallback (:data:`WATCHDOG_FALLBACK` when none is named).
@@ -92,10 +92,9 @@ baseline's parameters (keyword arguments of its parameter dataclass)."""
 
 WATCHDOG_FALLBACK = "baseline:dynamo-legacy"
 
-DEFAULT_LEARNED_ARTIFACT = (
-    Path(__file__).resolve().parents[1] / "experiments/results/learned/generalist-family-warm-policy"
-)
-"""The shipped default learned policy (in a source checkout; see experiments/results/learned/README.md)."""
+DEFAULT_LEARNED_ARTIFACT = Path(__file__).resolve().parents[1] / "experiments/results/learned/selector-window-policy"
+"""The shipped default learned policy: the rule selector of ``experiments/selector-window.yaml`` (in a source
+checkout; see experiments/results/families/README-learned.md)."""
 
 DEFAULT_LEARNED_SPEC = f"watchdog[{WATCHDOG_FALLBACK}]:learned:{DEFAULT_LEARNED_ARTIFACT}"
 """What ``learned:default`` stands for: the default learned policy wrapped in its default safety layer."""

@@ -130,9 +130,9 @@ def test_route_levels_are_crisp() -> None:
         remote_level(0)
 
 
-def test_learned_default_is_the_shipped_set_policy_under_its_watchdog() -> None:
+def test_learned_default_is_the_shipped_rule_selector_under_its_watchdog() -> None:
     from policies.registry import DEFAULT_LEARNED_ARTIFACT, expand_alias
-    from policies.set_policy import SetPolicy
+    from policies.rule_selector import RuleSelector
 
     parsed = parse_policy_spec("learned:default")
     assert parsed.kind == "watchdog"
@@ -141,5 +141,5 @@ def test_learned_default_is_the_shipped_set_policy_under_its_watchdog() -> None:
     assert (DEFAULT_LEARNED_ARTIFACT / "manifest.json").is_file()
     policy = load_policy("learned:default", BASE)
     assert isinstance(policy, SloWatchdog)
-    assert isinstance(policy.primary.inner, SetPolicy)  # type: ignore[attr-defined]
+    assert isinstance(policy.primary.inner, RuleSelector)  # type: ignore[attr-defined]
     assert policy.fallback.policy_id == WATCHDOG_FALLBACK
