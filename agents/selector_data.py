@@ -47,8 +47,8 @@ __all__ = [
 ]
 
 ROLLOUT_CACHE_NAME = "rollouts.pkl"
-"""The rollouts of a selector run, kept in its output folder so a refit (another label window, loss or width)
-does not simulate them again."""
+"""The rollouts of a selector run, kept per task in its output folder so a refit (another label window, loss or
+width) does not simulate them again, and a run with more tasks simulates only those."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,10 +149,9 @@ def rule_rollout(task: RolloutTask) -> list[GroupRollout]:
     return out
 
 
-def collect_rollouts(
-    tasks: Sequence[RolloutTask], workers: int, on_done: Callable[[int, int], None] | None = None
-) -> list[GroupRollout]:
-    """Run ``tasks`` over ``workers`` processes; the rollouts in task order. ``on_done(done, total)`` reports."""
+def _rollouts_per_task(
+    tasks: Sequence[RolloutTask], workers: int, on_done: Callable[[int, int], None] | None
+) -> list[list[GroupRollout]]:
     results: list[list[GroupRollout]] = [[] for _ in tasks]
     if workers <= 1:
         for i, task in enumerate(tasks):
@@ -166,36 +165,62 @@ def collect_rollouts(
                 results[futures[future]] = future.result()
                 if on_done is not None:
                     on_done(done, len(tasks))
-    return [r for per_task in results for r in per_task]
+    return results
+
+
+def collect_rollouts(
+    tasks: Sequence[RolloutTask], workers: int, on_done: Callable[[int, int], None] | None = None
+) -> list[GroupRollout]:
+    """Run ``tasks`` over ``workers`` processes; the rollouts in task order. ``on_done(done, total)`` reports."""
+    return [r for per_task in _rollouts_per_task(tasks, workers, on_done) for r in per_task]
+
+
+_CACHE_FORMAT = 2
+
+
+def _read_cache(path: Path) -> dict[RolloutTask, tuple[list[GroupRollout], float]]:
+    if not path.exists():
+        return {}
+    try:
+        with path.open("rb") as fh:
+            cached = pickle.load(fh)  # written by cached_rollouts into the run's own folder
+        if isinstance(cached, dict) and cached.get("format") == _CACHE_FORMAT:
+            return dict(cached["entries"])
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, TypeError, KeyError, ValueError):
+        pass
+    return {}
 
 
 def cached_rollouts(
     path: Path, tasks: Sequence[RolloutTask], workers: int, on_done: Callable[[int, int], None] | None = None
 ) -> tuple[list[GroupRollout], float]:
-    """The rollouts of ``tasks`` and the seconds they took to simulate, cached at ``path``.
+    """The rollouts of ``tasks``, in task order, and the seconds they took to simulate, cached per task at ``path``.
 
-    Read from ``path`` when it holds exactly these tasks, else run (:func:`collect_rollouts`) and written there.
-
-    The cache is this run's own output (a pickle written by this function); a file that cannot be read or holds
-    other tasks is replaced.
+    Tasks the cache holds are read; the others are run (:func:`collect_rollouts`; ``on_done`` counts only them)
+    and added, so a run that adds a rate scale or scenarios simulates only what is new. Each task keeps its share of
+    the wall time of the batch that ran it, in proportion to its own process time; the seconds returned are the sum
+    over ``tasks``, which for a run from scratch is exactly its wall time. A task names its scenario file, which the
+    recipe writes under its output folder, so the cache serves reruns into the same folder. The cache is the run's
+    own output (a pickle written here); a file that cannot be read, or is of another format, is replaced.
     """
-    if path.exists():
-        try:
-            with path.open("rb") as fh:
-                cached = pickle.load(fh)
-            if cached.get("tasks") == list(tasks):
-                return cached["rollouts"], float(cached["rollout_s"])
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, TypeError):
-            pass
-    start = time.perf_counter()
-    rollouts = collect_rollouts(tasks, workers, on_done)
-    rollout_s = time.perf_counter() - start
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("wb") as fh:
-        pickle.dump({"tasks": list(tasks), "rollouts": rollouts, "rollout_s": rollout_s}, fh)
-    tmp.replace(path)
-    return rollouts, rollout_s
+    entries = _read_cache(path)
+    missing = [task for task in dict.fromkeys(tasks) if task not in entries]
+    if missing:
+        start = time.perf_counter()
+        fresh = _rollouts_per_task(missing, workers, on_done)
+        batch_s = time.perf_counter() - start
+        own_s = [per_task[0].wall_s if per_task else 0.0 for per_task in fresh]
+        total_own_s = math.fsum(own_s)
+        for task, per_task, own in zip(missing, fresh, own_s, strict=True):
+            share = batch_s * own / total_own_s if total_own_s > 0 else batch_s / len(missing)
+            entries[task] = (per_task, share)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        with tmp.open("wb") as fh:
+            pickle.dump({"format": _CACHE_FORMAT, "entries": entries}, fh)
+        tmp.replace(path)
+    rollouts = [r for task in tasks for r in entries[task][0]]
+    return rollouts, math.fsum(entries[task][1] for task in tasks)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import yaml
 
-from agents import selector_data
 from agents.config import ExperimentError, load_experiment
 from agents.runs import episode_env, run_episode
 from agents.selector_data import (
@@ -226,31 +225,36 @@ def test_a_rollout_records_each_groups_inputs_every_interval_and_its_goodput(tmp
     assert {r.rate_scale for r in doubled} == {2.0}
 
 
-def test_rollouts_are_cached_in_the_run_folder_for_the_same_tasks_only(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_rollouts_are_cached_per_task_in_the_run_folder_and_only_new_tasks_are_simulated(tmp_path: Path) -> None:
     config = load_experiment(_experiment(tmp_path, _small_family(tmp_path)))
     from agents.set_training import family_split_paths
 
     (path,) = family_split_paths(config, tmp_path / "scenarios", "train", 1)
-    tasks = [RolloutTask(str(path), "dynamo-legacy", 0)]
+    legacy = RolloutTask(str(path), "dynamo-legacy", 0)
+    aggregated = RolloutTask(str(path), "aggregated", 0)
     cache = tmp_path / "run" / "rollouts.pkl"
-    first, first_s = cached_rollouts(cache, tasks, 1)
+    simulated: list[int] = []
+
+    def count(done: int, total: int) -> None:
+        simulated.append(done)
+
+    first, first_s = cached_rollouts(cache, [legacy], 1, count)
     assert cache.exists()
     assert first_s > 0
-    calls: list[int] = []
-    real = selector_data.collect_rollouts
-    monkeypatch.setattr(selector_data, "collect_rollouts", lambda *a, **k: calls.append(1) or real(*a, **k))
-    again, again_s = cached_rollouts(cache, tasks, 1)
-    assert calls == []
+    assert simulated == [1]
+    again, again_s = cached_rollouts(cache, [legacy], 1, count)
+    assert simulated == [1]  # read, not simulated
     assert again_s == first_s
     np.testing.assert_array_equal(again[0].inputs, first[0].inputs)
-    other = [RolloutTask(str(path), "aggregated", 0)]
-    assert cached_rollouts(cache, other, 1)[0][0].rule == "aggregated"
-    assert calls == [1]
+    both, both_s = cached_rollouts(cache, [legacy, aggregated], 1, count)
+    assert simulated == [1, 1]  # only the new task ran
+    assert [r.rule for r in both] == ["dynamo-legacy"] * len(first) + ["aggregated"] * len(first)
+    assert both_s > first_s
+    assert cached_rollouts(cache, [aggregated, legacy], 1, count)[1] == pytest.approx(both_s)
+    assert simulated == [1, 1]
     cache.write_bytes(b"not a pickle")
-    assert cached_rollouts(cache, other, 1)[0][0].rule == "aggregated"
-    assert calls == [1, 1]
+    assert cached_rollouts(cache, [aggregated], 1, count)[0][0].rule == "aggregated"
+    assert simulated == [1, 1, 1]  # an unreadable cache is replaced
 
 
 @pytest.mark.parametrize(
