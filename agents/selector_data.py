@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.harness import slo_met, slo_met_arrivals_s
+from agents.harness import slo_met_arrivals_s
 from agents.policy_specs import make_policy
 from agents.runs import episode_env, run_episode, scale_rates
 from env.gym_env import PDClusterEnv, resolve_scenario
@@ -137,7 +137,7 @@ def rule_rollout(task: RolloutTask) -> list[GroupRollout]:
                 group=group.name,
                 rule=task.rule,
                 inputs=inputs[:, gi, :].astype(np.float32),
-                weighted_goodput_rps=sum(t.priority * slo_met(sim, ti) for ti, t in members) / duration_s,
+                weighted_goodput_rps=float(met_per_bin.sum()) / duration_s,  # every arrival falls in a bin
                 offered_weighted_rps=sum(t.priority * len(sim.arrived[ti]) for ti, t in members) / duration_s,
                 wall_s=wall_s,
                 rate_scale=task.rate_scale,
@@ -149,9 +149,10 @@ def rule_rollout(task: RolloutTask) -> list[GroupRollout]:
     return out
 
 
-def _rollouts_per_task(
-    tasks: Sequence[RolloutTask], workers: int, on_done: Callable[[int, int], None] | None
+def collect_rollouts(
+    tasks: Sequence[RolloutTask], workers: int, on_done: Callable[[int, int], None] | None = None
 ) -> list[list[GroupRollout]]:
+    """Run ``tasks`` over ``workers`` processes; each task's rollouts, in task order (``on_done(done, total)``)."""
     results: list[list[GroupRollout]] = [[] for _ in tasks]
     if workers <= 1:
         for i, task in enumerate(tasks):
@@ -166,13 +167,6 @@ def _rollouts_per_task(
                 if on_done is not None:
                     on_done(done, len(tasks))
     return results
-
-
-def collect_rollouts(
-    tasks: Sequence[RolloutTask], workers: int, on_done: Callable[[int, int], None] | None = None
-) -> list[GroupRollout]:
-    """Run ``tasks`` over ``workers`` processes; the rollouts in task order. ``on_done(done, total)`` reports."""
-    return [r for per_task in _rollouts_per_task(tasks, workers, on_done) for r in per_task]
 
 
 _CACHE_FORMAT = 2
@@ -207,7 +201,7 @@ def cached_rollouts(
     missing = [task for task in dict.fromkeys(tasks) if task not in entries]
     if missing:
         start = time.perf_counter()
-        fresh = _rollouts_per_task(missing, workers, on_done)
+        fresh = collect_rollouts(missing, workers, on_done)
         batch_s = time.perf_counter() - start
         own_s = [per_task[0].wall_s if per_task else 0.0 for per_task in fresh]
         total_own_s = math.fsum(own_s)

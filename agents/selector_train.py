@@ -3,9 +3,9 @@
 1. **Roll out** — every rule of ``selector.rules`` runs the first ``selector.family_scenarios`` scenarios of the
    family's training split on ``selector.seeds``, at each of ``selector.rate_scales``
    (:func:`agents.selector_data.collect_rollouts`); each tenant group's inputs at every interval and its goodput,
-   per interval and over the episode, are kept in ``OUT/rollouts.pkl``, which a rerun with the same rollouts reads
-   instead of simulating again (:func:`agents.selector_data.cached_rollouts`; the reported wall time is then still
-   that of a run from scratch).
+   per interval and over the episode, are kept per task in ``OUT/rollouts.pkl``, which a rerun into the same folder
+   reads instead of simulating those tasks again (:func:`agents.selector_data.cached_rollouts`; the reported wall
+   time is still that of a run from scratch).
 2. **Label** — per group, each rule's goodput over the best rule's, over the episode or over the
    ``selector.label_window_intervals`` from each interval (:func:`agents.selector_data.selector_targets`): a
    hindsight label, used for training only.

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from agents.config import ExperimentError, load_experiment
+from agents.harness import slo_met
 from agents.runs import episode_env, run_episode
 from agents.selector_data import (
     GroupRollout,
@@ -205,7 +206,8 @@ def test_a_rollout_records_each_groups_inputs_every_interval_and_its_goodput(tmp
     (path,) = family_split_paths(config, tmp_path / "scenarios", "train", 1)
     scenario = resolve_scenario(path)
     legacy = make_baseline("dynamo-legacy")
-    intervals = run_episode(episode_env(scenario, legacy), legacy, 0).intervals  # the episode loop's own count
+    episode = run_episode(episode_env(scenario, legacy), legacy, 0)
+    intervals = episode.intervals  # the episode loop's own count
     rollouts = rule_rollout(RolloutTask(str(path), "dynamo-legacy", 0))
     assert [r.group for r in rollouts] == ["g1", "g2"]
     for r in rollouts:
@@ -218,7 +220,9 @@ def test_a_rollout_records_each_groups_inputs_every_interval_and_its_goodput(tmp
         assert r.met_weighted_per_bin is not None
         assert len(r.decision_s) == intervals
         assert np.all(np.diff(r.decision_s) == scenario.control_interval_s)
-        assert r.met_weighted_per_bin.sum() == pytest.approx(r.weighted_goodput_rps * scenario.duration_s)
+        met = sum(t.priority * slo_met(episode.sim, ti) for ti, t in enumerate(scenario.tenants) if t.group == r.group)
+        assert r.met_weighted_per_bin.sum() == pytest.approx(met)  # the harness's own count, request by request
+        assert r.weighted_goodput_rps == pytest.approx(met / scenario.duration_s)
     doubled = rule_rollout(RolloutTask(str(path), "dynamo-legacy", 0, rate_scale=2.0))
     offered = sum(r.offered_weighted_rps for r in rollouts)
     assert sum(r.offered_weighted_rps for r in doubled) == pytest.approx(2 * offered, rel=0.2)
