@@ -35,7 +35,12 @@ thresholds change at most once per ``cooldown_s``; then **threshold hysteresis**
   reversals per simulated week of ``benchmarks/results/soak.md``) so settles on one side for at least the hold.
   A move by another policy is not held: a handover (the SLO watchdog's fallback taking over from the primary,
   or a reloaded policy) exists to undo what the previous policy did, at once; the watchdog's own hold bounds
-  how often handovers happen.
+  how often handovers happen. Nor is a change of the **route rule** (``rule``): that is a handover between
+  rules within one policy (the rule selector, :mod:`policies.rule_selector`, moving a group from one rule to
+  another), and the new rule's thresholds must act as that rule set them, or the group runs a rule nobody chose
+  (measured: on a generated scenario the selector's switch to ``dynamo-legacy`` was refused for ten minutes and
+  the old rule kept running under the new rule's name). How often a policy switches rules is its own hysteresis'
+  business (the selector's patience).
 
 Changes of the non-ordered fields (booleans such as ``disaggregation_enabled``, the route rule, fallback
 actions, models, buckets) pass the dead band and have no direction: only the cooldown applies to them. An
@@ -314,6 +319,8 @@ class SafetyGuard:
             if largest < limits.threshold_dead_band_frac:
                 detail = f"largest change {largest:.1%} < dead band {limits.threshold_dead_band_frac:.1%}"
                 return Clamp("tenant", tenant, ClampReason.THRESHOLD_DEAD_BAND, detail)
+        if current.rule != requested.rule:  # a handover between rules, not a reversal (module docstring)
+            return None
         for name, sign in _ordered_directions(current, requested).items():
             last = last_moves.get(name)
             if last is None or last.direction != -sign or last.policy_id != action.policy_id:

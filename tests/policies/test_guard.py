@@ -23,6 +23,7 @@ from policies.schema import (
     GroupWindow,
     MetricWindow,
     PoolTargets,
+    RouteRule,
     RoutingThresholds,
     Slo,
     Tenant,
@@ -367,3 +368,21 @@ def test_a_handover_to_another_policy_may_reverse_at_once() -> None:
     handed = guard.apply(fallback, later, window(PoolTargets(2, 4)), first.state)
     assert handed.action.thresholds == {"a": base}
     assert [c.reason for c in handed.clamps] == []
+
+
+def test_a_change_of_route_rule_is_a_handover_not_a_reversal() -> None:
+    """The rule selector moving a group to another rule gets that rule's thresholds, even against a recent move."""
+    guard = SafetyGuard(GuardLimits(cooldown_s=60.0, threshold_reversal_hold_s=600.0))
+    legacy = RoutingThresholds(rule=RouteRule.DYNAMO_LEGACY, min_remote_input_tokens=1000, max_local_input_tokens=1000)
+    isl = RoutingThresholds(rule=RouteRule.DYNAMO_ISL_OR_LOAD, min_remote_input_tokens=2048)
+    out, _, state = _thresholds_step(guard, legacy, isl, 1000.0, GuardState())
+    assert out == {"a": isl}
+    # Two minutes later the same policy moves the group back to legacy: the threshold falls again, but the rule
+    # changes with it, so the change passes (before, the old rule kept running under the new rule's name).
+    out, reasons, after = _thresholds_step(guard, isl, legacy, 1120.0, state)
+    assert out == {"a": legacy}
+    assert reasons == []
+    assert after.threshold_moves["a"]["min_remote_input_tokens"] == ThresholdMove(-1, 1120.0)
+    # Within one rule the reversal hold still applies.
+    back_up = replace(legacy, min_remote_input_tokens=2048)
+    assert _thresholds_step(guard, legacy, back_up, 1240.0, after)[1] == [ClampReason.THRESHOLD_REVERSAL]
