@@ -294,6 +294,17 @@ class SelectorConfig(_Strict):
     label_window_intervals: Annotated[int, Field(ge=1, le=1000)] | None = None
     """Label each interval by what each rule achieved on the requests arriving in this many intervals from it
     (:func:`agents.selector_data.selector_targets`); unset: by the whole episode."""
+    share_transfer: bool = False
+    """Fill each rollout's unknown KV-transfer features from a sibling rule's rollout of the same interval
+    (:func:`agents.selector_data.shared_transfer_inputs`): what a selector with ``transfer_memory_s`` reads while
+    it runs ``aggregated``."""
+    settle_before_judging: bool = False
+    """:attr:`policies.rule_selector.SelectorManifest.settle_before_judging`."""
+    routing_follows_pools: bool = False
+    """:attr:`policies.rule_selector.SelectorManifest.routing_follows_pools`."""
+    transfer_memory_s: Annotated[float, Field(ge=0, le=86_400)] = 0.0
+    """How long the selector's last observed transfer features stand in for unknown ones
+    (:attr:`policies.rule_selector.SelectorManifest.transfer_memory_s`; 0 = never)."""
 
     @model_validator(mode="after")
     def _known_rules(self) -> SelectorConfig:

@@ -30,7 +30,7 @@ from agents.runs import episode_env, run_episode, scale_rates
 from env.gym_env import PDClusterEnv, resolve_scenario
 from policies.base import Policy, PolicyContext
 from policies.features import Observation
-from policies.rule_selector import GROUP_INPUT_WIDTH, group_features
+from policies.rule_selector import GROUP_INPUT_WIDTH, TRANSFER_COLUMNS, group_features
 from policies.schema import ControlAction
 from policies.set_features import build_set_observation
 
@@ -43,6 +43,7 @@ __all__ = [
     "collect_rollouts",
     "rule_rollout",
     "selector_targets",
+    "shared_transfer_inputs",
     "window_goodput",
 ]
 
@@ -253,11 +254,36 @@ def window_goodput(rollout: GroupRollout, window_intervals: int) -> np.ndarray:
     return out
 
 
+def shared_transfer_inputs(per_rule: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The rollouts' inputs of one group, each interval's unknown KV-transfer features taken from a sibling's.
+
+    ``per_rule`` are the inputs ``[intervals, GROUP_INPUT_WIDTH]`` of one group under each rule, interval by
+    interval the same arrivals and the same network. A rule that transfers nothing (``aggregated``) sees no
+    transfer features; the network it would see is the one its siblings measured at that interval, so its
+    unknown transfer features (:data:`policies.rule_selector.TRANSFER_COLUMNS`) are filled from the first rule
+    (in ``per_rule`` order) that knew them. This is the data a selector with a transfer memory
+    (:class:`policies.rule_selector.TransferMemory`) needs: without it, every aggregated state in the data is blind
+    to the network, and a selector that switched to ``aggregated`` for an incident learns nothing that keeps it there.
+    """
+    out = [np.array(x, copy=True) for x in per_rule]
+    intervals = min((len(x) for x in out), default=0)
+    for value, known in TRANSFER_COLUMNS:
+        for target in out:
+            missing = target[:intervals, known] == 0
+            for source in per_rule:
+                fill = missing & (source[:intervals, known] > 0)
+                target[:intervals, value][fill] = source[:intervals, value][fill]
+                target[:intervals, known][fill] = source[:intervals, known][fill]
+                missing &= ~fill
+    return out
+
+
 def selector_targets(
     rollouts: Sequence[GroupRollout],
     rules: Sequence[str],
     temperature_frac: float,
     window_intervals: int | None = None,
+    share_transfer: bool = False,
 ) -> SelectorDataset:
     """Targets per labelled group: each rule's goodput over the best rule's, and a soft best-rule distribution.
 
@@ -268,6 +294,9 @@ def selector_targets(
     arriving in the ``window_intervals`` intervals from *k* on (:func:`window_goodput`; every rule's rollout sees
     the same arrivals), so an incident or a surge is labelled where it happens; each window then weighs in
     proportion to its best rule's goodput, and windows where nothing met its objectives are left out.
+
+    With ``share_transfer`` each rollout's unknown KV-transfer features are taken from a sibling rollout of the
+    same group and interval (:func:`shared_transfer_inputs`).
 
     A group whose every rule has zero goodput teaches nothing and is left out. Each group's samples are all its
     rollouts' intervals (under every rule), weighted to 1 in all.
@@ -310,8 +339,11 @@ def selector_targets(
         labelled += 1
         best_counts[rules[int(np.argmax(goodput))]] += 1
         share = importance[keep] / importance[keep].sum() / len(rules)
-        for rule in rules:
-            xs.append(per_rule[rule].inputs[keep])
+        inputs = [per_rule[rule].inputs for rule in rules]
+        if share_transfer:
+            inputs = shared_transfer_inputs(inputs)
+        for x in inputs:
+            xs.append(x[keep])
             rs.append(ratios[keep])
             ws.append(share)
     if not xs:

@@ -120,7 +120,11 @@ def train_selector(
         intervals = sum(per_run.values())
         # 2. label, 3. fit
         data = selector_targets(
-            rollouts, selector.rules, selector.temperature_frac, window_intervals=selector.label_window_intervals
+            rollouts,
+            selector.rules,
+            selector.temperature_frac,
+            window_intervals=selector.label_window_intervals,
+            share_transfer=selector.share_transfer,
         )
         fit = fit_selector(
             data,
@@ -152,6 +156,9 @@ def train_selector(
             switch_patience_intervals=selector.switch_patience_intervals,
             patience_streak=selector.patience_streak,
             first_decision=selector.first_decision,
+            transfer_memory_s=selector.transfer_memory_s,
+            settle_before_judging=selector.settle_before_judging,
+            routing_follows_pools=selector.routing_follows_pools,
             algorithm=f"rule_selector/{selector.loss}",
             mlflow_run_id=run_id,
             git_commit=git_commit(),

@@ -27,6 +27,7 @@ An artifact directory holds ``manifest.json`` (:class:`SelectorManifest`, ``form
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,9 +63,11 @@ __all__ = [
     "GROUP_INPUT_WIDTH",
     "SELECTOR_FORMAT",
     "TENSOR_NAMES",
+    "TRANSFER_COLUMNS",
     "RuleSelector",
     "SelectorManifest",
     "SelectorNetwork",
+    "TransferMemory",
     "group_features",
     "read_selector_manifest",
 ]
@@ -119,6 +122,20 @@ class SelectorManifest(BaseModel):
     """What the patience counts: intervals in a row that the **same** other rule scores best (``same_rule``), or
     intervals in a row that **some** other rule scores above the acting one (``any_better``; the switch then goes
     to the latest best), so that a group whose rule is failing does not wait while the alternatives trade places."""
+    transfer_memory_s: float = Field(default=0.0, ge=0.0)
+    """How long a group's last observed KV-transfer features stand in for unknown ones (0 = never). Under a rule
+    that transfers nothing (``aggregated``) the transfer features go unknown, so without a memory the selector
+    cannot tell a network still failing from one that recovered, and leaves aggregated as soon as it has switched
+    to it; with one, it judges on the last transfers it saw until they are this old."""
+    settle_before_judging: bool = False
+    """Count the patience only in intervals where the group's pools are settled: no instance starting or
+    switching, and the pools the selector last asked for running. A rule is trained on the states it leads to,
+    not on the minutes its pool move takes; judged in between, it is judged on states it was never scored on."""
+    routing_follows_pools: bool = False
+    """When a group changes to a rule that asks for other pools, keep routing it by the rule before until those
+    pools run (no instance pending, the sizes asked for running): a pool move takes minutes, and the new rule's
+    routing on the old pools (``aggregated``'s all-local prefill with the prefill pool still up) serves the
+    group on part of its instances in between."""
     first_decision: Literal["first_rule", "scored"] = "first_rule"
     """At a group's first decision: start under the first rule and let the patience run (``first_rule``), or act
     at once as the best-scored rule (``scored``: nothing was chosen before, so there is nothing to flap from)."""
@@ -188,11 +205,76 @@ class SelectorNetwork:
         return out
 
 
+_GROUP_TRANSFER = tuple(i for i, f in enumerate(SET_GROUP_FEATURES) if f.name.startswith("transfer_"))
+_TENANT_TRANSFER = tuple(i for i, f in enumerate(SET_TENANT_FEATURES) if f.name.startswith("transfer_"))
+
+
+def _transfer_columns() -> tuple[tuple[int, int], ...]:
+    g, t = len(SET_GROUP_FEATURES), len(SET_TENANT_FEATURES)
+    group = tuple((i, g + i) for i in _GROUP_TRANSFER)
+    tenant_mean = tuple((2 * g + j, 2 * g + t + j) for j in _TENANT_TRANSFER)
+    tenant_max = tuple((2 * g + 2 * t + j, 2 * g + 3 * t + j) for j in _TENANT_TRANSFER)
+    return group + tenant_mean + tenant_max
+
+
+TRANSFER_COLUMNS: tuple[tuple[int, int], ...] = _transfer_columns()
+"""``(value, known flag)`` columns of the KV-transfer features in a :func:`group_features` row: the group's, then
+the mean and the maximum of its tenants'."""
+
+
+@dataclass
+class TransferMemory:
+    """The last observed KV-transfer features of each group and tenant, standing in for unknown ones for a while.
+
+    Only the transfer features (``transfer_*`` in :data:`~policies.set_features.SET_GROUP_FEATURES` and
+    :data:`~policies.set_features.SET_TENANT_FEATURES`) are remembered: they are the ones a rule that transfers
+    nothing makes unknown. A value older than ``memory_s`` is forgotten (``0``: nothing is remembered).
+    """
+
+    memory_s: float
+    _seen: dict[tuple[str, str, int], tuple[float, float]] = field(default_factory=dict)
+
+    def recall(self, rows: SetObservation, context: PolicyContext) -> SetObservation:
+        """``rows`` (built from ``context``, grouped) with unknown transfer features filled from recent values.
+
+        Values known in ``rows`` are remembered with ``context.now_s``; an unknown one takes the value remembered
+        for its group or tenant if that is at most ``memory_s`` old.
+        """
+        if self.memory_s <= 0:
+            return rows
+        now_s = context.now_s
+        groups = tuple(
+            self._fill(("group", g.name), row, _GROUP_TRANSFER, now_s)
+            for g, row in zip(context.groups, rows.group_rows, strict=True)
+        )
+        tenants = tuple(
+            self._fill(("tenant", t.name), row, _TENANT_TRANSFER, now_s)
+            for t, row in zip(context.tenants, rows.tenant_rows, strict=True)
+        )
+        return SetObservation(groups, tenants, rows.tenant_group)
+
+    def _fill(
+        self, key: tuple[str, str], row: tuple[float | None, ...], indices: tuple[int, ...], now_s: float
+    ) -> tuple[float | None, ...]:
+        out = list(row)
+        for i in indices:
+            value = row[i]
+            if value is not None and math.isfinite(value):
+                self._seen[(*key, i)] = (value, now_s)
+                continue
+            seen = self._seen.get((*key, i))
+            if seen is not None and now_s - seen[1] <= self.memory_s:
+                out[i] = seen[0]
+        return tuple(out)
+
+
 @dataclass
 class _GroupState:
     rule: int = 0
     proposed: int | None = None
     streak: int = 0
+    routing: int = 0
+    """The rule whose thresholds act (``rule`` unless ``routing_follows_pools`` holds the previous one)."""
 
 
 @dataclass
@@ -205,9 +287,12 @@ class RuleSelector:
     rules: tuple[Policy, ...] = field(init=False)
     _groups: dict[str, _GroupState] = field(init=False, default_factory=dict)
     _splits: dict[str, BudgetSplit | None] = field(init=False, default_factory=dict)
+    _memory: TransferMemory = field(init=False, default_factory=lambda: TransferMemory(0.0))
+    _asked: dict[str, PoolTargets] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rules = tuple(make_baseline(name) for name in self.manifest.rules)
+        self._memory = TransferMemory(self.manifest.transfer_memory_s)
 
     @property
     def policy_id(self) -> str:
@@ -249,6 +334,7 @@ class RuleSelector:
         """Score the rules per group, apply the hysteresis, and compose the chosen rules' decisions."""
         context = context.grouped()
         rows = build_set_observation(observation.window, context.observation_context())
+        rows = self._memory.recall(rows, context)
         scores = self.network.scores(group_features(rows)) if context.groups else np.zeros((0, len(self.rules)))
         chosen: list[int] = []
         for gi, group in enumerate(context.groups):
@@ -258,23 +344,66 @@ class RuleSelector:
             state = self._groups.get(group.name)
             if state is None:
                 first = int(np.argmax(scores[gi])) if self.manifest.first_decision == "scored" else 0
-                state = self._groups[group.name] = _GroupState(rule=first)
+                state = self._groups[group.name] = _GroupState(rule=first, routing=first)
+            if self.manifest.settle_before_judging and not self._settled(group.name, observation, context):
+                chosen.append(state.rule)
+                continue
             chosen.append(self._advance(state, int(np.argmax(scores[gi]))))
         decisions = {i: self.rules[i].decide(observation, context) for i in sorted(set(chosen))}
-        thresholds: dict[str, RoutingThresholds] = {}
         pools: dict[str, PoolTargets] = {}
         for gi, group in enumerate(context.groups):
             decision = decisions[chosen[gi]]
-            for tenant in context.tenants:
-                if tenant.group == group.name and tenant.name in decision.thresholds:
-                    thresholds[tenant.name] = decision.thresholds[tenant.name]
             split = self._splits.get(group.name)
             if group.name in decision.pools:
                 pools[group.name] = decision.pools[group.name]
             elif split is not None:
                 pools[group.name] = split.applied_to(group)
-        reason = ", ".join(f"{g.name}: {self.manifest.rules[chosen[i]]}" for i, g in enumerate(context.groups))
+        routing = [
+            self._routing(g.name, chosen[gi], pools, observation, context) for gi, g in enumerate(context.groups)
+        ]
+        for i in sorted(set(routing) - set(decisions)):
+            decisions[i] = self.rules[i].decide(observation, context)
+        thresholds: dict[str, RoutingThresholds] = {}
+        for gi, group in enumerate(context.groups):
+            decision = decisions[routing[gi]]
+            for tenant in context.tenants:
+                if tenant.group == group.name and tenant.name in decision.thresholds:
+                    thresholds[tenant.name] = decision.thresholds[tenant.name]
+        self._asked.update(pools)
+        names = self.manifest.rules
+        reason = ", ".join(
+            f"{g.name}: {names[chosen[i]]}"
+            + ("" if routing[i] == chosen[i] else f" (routed by {names[routing[i]]} until its pools run)")
+            for i, g in enumerate(context.groups)
+        )
         return ControlAction(thresholds, pools, reason=f"selector: {reason}", policy_id=self.policy_id)
+
+    def _routing(
+        self,
+        group: str,
+        rule: int,
+        pools: Mapping[str, PoolTargets],
+        observation: Observation,
+        context: PolicyContext,
+    ) -> int:
+        """The rule whose thresholds act for ``group`` now (see ``routing_follows_pools``)."""
+        state = self._groups[group]
+        if state.routing != rule and self.manifest.routing_follows_pools:
+            window = observation.window.groups.get(group)
+            pending = window is not None and window.pending_prefill + window.pending_decode > 0
+            target = pools.get(group)
+            if pending or (target is not None and target != context.current_pools.get(group)):
+                return state.routing
+        state.routing = rule
+        return rule
+
+    def _settled(self, group: str, observation: Observation, context: PolicyContext) -> bool:
+        """No instance of ``group`` pending and the pools last asked for running (see ``settle_before_judging``)."""
+        window = observation.window.groups.get(group)
+        if window is not None and window.pending_prefill + window.pending_decode > 0:
+            return False
+        asked = self._asked.get(group)
+        return asked is None or asked == context.current_pools.get(group)
 
     def _advance(self, state: _GroupState, best: int) -> int:
         if best == state.rule:

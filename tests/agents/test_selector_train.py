@@ -17,6 +17,7 @@ from agents.selector_data import (
     cached_rollouts,
     rule_rollout,
     selector_targets,
+    shared_transfer_inputs,
     window_goodput,
 )
 from agents.selector_fit import fit_selector
@@ -24,7 +25,7 @@ from agents.train import train
 from env.gym_env import resolve_scenario
 from policies.artifacts import load_learned
 from policies.baselines import make_baseline
-from policies.rule_selector import GROUP_INPUT_WIDTH, RuleSelector, SelectorNetwork
+from policies.rule_selector import GROUP_INPUT_WIDTH, TRANSFER_COLUMNS, RuleSelector, SelectorNetwork
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_FAMILY = ROOT / "experiments" / "families" / "default.yaml"
@@ -97,6 +98,37 @@ def test_windowed_labels_follow_the_rule_that_wins_where_it_happens() -> None:
     empty = _binned("dynamo-legacy", [0.0, 0.0, 1.0, 0.0, 0.0], _inputs(0.0, 4))
     data = selector_targets([empty, _binned("aggregated", [0.0] * 5, _inputs(1.0, 4))], RULES, 0.05, 1)
     assert len(data.inputs) == 2  # only the window with goodput is labelled, once per rule's rollout
+
+
+def _transferring(intervals: int, known_at: list[int], value: float) -> np.ndarray:
+    x = _inputs(float(value), intervals)
+    for column, flag in TRANSFER_COLUMNS:
+        x[known_at, column] = value
+        x[known_at, flag] = 1.0
+    return x
+
+
+def test_unknown_transfer_features_are_taken_from_a_sibling_rollout_of_the_same_interval() -> None:
+    """Aggregated transfers nothing; legacy saw the network at intervals 0 and 2, isl at 1 and 2."""
+    aggregated = _transferring(4, [], 0.0)
+    legacy = _transferring(4, [0, 2], 3.0)
+    isl = _transferring(4, [1, 2], 5.0)
+    filled = shared_transfer_inputs([aggregated, legacy, isl])
+    value, flag = TRANSFER_COLUMNS[0]
+    np.testing.assert_array_equal(filled[0][:, value], [3.0, 5.0, 3.0, 0.0])  # the first rule that knew it
+    np.testing.assert_array_equal(filled[0][:, flag], [1.0, 1.0, 1.0, 0.0])  # nobody saw interval 3
+    np.testing.assert_array_equal(filled[1][:, value], [3.0, 5.0, 3.0, 0.0])  # what a rollout saw is kept
+    np.testing.assert_array_equal(filled[2][:, value], [3.0, 5.0, 5.0, 0.0])
+    others = [c for c in range(GROUP_INPUT_WIDTH) if all(c not in pair for pair in TRANSFER_COLUMNS)]
+    for before, after in zip([aggregated, legacy, isl], filled, strict=True):
+        np.testing.assert_array_equal(before[:, others], after[:, others])  # nothing else is touched
+    np.testing.assert_array_equal(aggregated[:, flag], 0.0)  # the inputs themselves are not modified
+    # Through the labels: only with share_transfer do the aggregated samples see the network.
+    rollouts = [_rollout("g1", "dynamo-legacy", 4.0, legacy), _rollout("g1", "aggregated", 2.0, aggregated)]
+    plain = selector_targets(rollouts, RULES, 0.05)
+    shared = selector_targets(rollouts, RULES, 0.05, share_transfer=True)
+    assert plain.inputs[4:, flag].sum() == 0.0
+    np.testing.assert_array_equal(shared.inputs[4:, flag], [1.0, 0.0, 1.0, 0.0])
 
 
 def test_a_group_without_a_rollout_of_every_rule_is_refused_naming_it() -> None:
@@ -187,7 +219,15 @@ def test_a_rerun_with_another_label_window_refits_from_the_cached_rollouts(tmp_p
     fit = json.loads((tmp_path / "run" / "selector-fit.json").read_text())
     assert 2 * 2 < fit["labelled_groups"] <= 2 * 2 * 2  # two scenarios at two loads, two groups each, labelled apart
     config = load_experiment(
-        _experiment(tmp_path, family, rate_scales=[1.0, 2.0], label_window_intervals=2, patience_streak="any_better")
+        _experiment(
+            tmp_path,
+            family,
+            rate_scales=[1.0, 2.0],
+            label_window_intervals=2,
+            patience_streak="any_better",
+            share_transfer=True,
+            transfer_memory_s=600.0,
+        )
     )
     second = train(config, tmp_path / "run", tracking_uri=uri, progress=False)
     again = json.loads((tmp_path / "run" / "selector-fit.json").read_text())
@@ -197,6 +237,7 @@ def test_a_rerun_with_another_label_window_refits_from_the_cached_rollouts(tmp_p
     policy = load_learned(second.artifact)
     assert isinstance(policy, RuleSelector)
     assert policy.manifest.patience_streak == "any_better"
+    assert policy.manifest.transfer_memory_s == 600.0
 
 
 def test_a_rollout_records_each_groups_inputs_every_interval_and_its_goodput(tmp_path: Path) -> None:
@@ -269,6 +310,7 @@ def test_rollouts_are_cached_per_task_in_the_run_folder_and_only_new_tasks_are_s
         ({"seeds": [1000]}, "selector.seeds"),
         ({"rate_scales": [0.0]}, "selector.rate_scales"),
         ({"label_window_intervals": 0}, "selector.label_window_intervals"),
+        ({"transfer_memory_s": -1}, "selector.transfer_memory_s"),
     ],
 )
 def test_a_bad_selector_section_is_refused_naming_the_field(

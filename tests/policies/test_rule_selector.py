@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,13 +20,21 @@ from policies.policy_file import PolicyFile, resolve_policy
 from policies.registry import LoadOptions, build_policy, layout_problem
 from policies.rule_selector import (
     GROUP_INPUT_WIDTH,
+    TRANSFER_COLUMNS,
     RuleSelector,
     SelectorManifest,
     SelectorNetwork,
+    TransferMemory,
     group_features,
 )
 from policies.schema import ControlAction, RouteRule, Slo, Tenant, TenantGroup
-from policies.set_features import SET_GROUP_FEATURES, build_set_observation, set_feature_hash
+from policies.set_features import (
+    SET_GROUP_FEATURES,
+    SET_TENANT_FEATURES,
+    SetObservation,
+    build_set_observation,
+    set_feature_hash,
+)
 
 RULES = ["dynamo-legacy", "aggregated"]
 SHARE = [f.name for f in SET_GROUP_FEATURES].index("prefill_share_frac")
@@ -116,6 +125,63 @@ def test_group_features_are_one_row_per_group_of_the_groups_row_and_its_tenants_
     np.testing.assert_array_equal(mean, top)  # one tenant per group: its mean is its maximum
 
 
+def _set_rows(now_s: float, transfer_p95_s: float | None) -> tuple[SetObservation, PolicyContext]:
+    """Both groups' rows at ``now_s``; ``hot`` transferred (p95 ``transfer_p95_s``) or not (``None``)."""
+    failure = None if transfer_p95_s is None else 0.25
+    groups = {
+        "hot": GroupWindow(
+            num_prefill=4, num_decode=4, kv_transfer_time_p95_s=transfer_p95_s, kv_transfer_failure_frac=failure
+        ),
+        "cool": GroupWindow(num_prefill=0, num_decode=8),
+    }
+    tenants = {t.name: TenantWindow(request_rate_rps=2.0) for t in TENANTS}
+    context = replace(_context({}), now_s=now_s)
+    window = MetricWindow(end_s=now_s, window_s=10.0, tenants=tenants, groups=groups)
+    return build_set_observation(window, context.observation_context()), context
+
+
+def test_transfer_columns_are_every_transfer_feature_of_the_group_and_its_tenants_mean_and_max() -> None:
+    group = [i for i, f in enumerate(SET_GROUP_FEATURES) if f.name.startswith("transfer_")]
+    tenant = [i for i, f in enumerate(SET_TENANT_FEATURES) if f.name.startswith("transfer_")]
+    assert len(TRANSFER_COLUMNS) == len(group) + 2 * len(tenant)
+    x = group_features(_set_rows(10.0, 1.0)[0])
+    for value, known in TRANSFER_COLUMNS:  # the hot group transferred: every transfer column is known and positive
+        assert x[0, known] == 1.0
+        assert x[0, value] > 0.0
+        assert x[1, known] == 0.0  # the cool group did not
+    others = sorted(set(range(GROUP_INPUT_WIDTH)) - {c for pair in TRANSFER_COLUMNS for c in pair})
+    y = group_features(_set_rows(10.0, None)[0])
+    np.testing.assert_array_equal(x[:, others], y[:, others])  # nothing else depends on the transfers
+
+
+def test_a_transfer_memory_stands_in_for_unknown_transfer_features_until_it_is_too_old() -> None:
+    memory = TransferMemory(memory_s=60.0)
+    rows, context = _set_rows(10.0, 1.0)
+    seen = group_features(memory.recall(rows, context))
+    for now_s, remembered in ((40.0, True), (70.0, True), (71.0, False)):
+        blind, later = _set_rows(now_s, None)
+        recalled = group_features(memory.recall(blind, later))
+        others = sorted(set(range(GROUP_INPUT_WIDTH)) - {c for pair in TRANSFER_COLUMNS for c in pair})
+        np.testing.assert_array_equal(recalled[:, others], group_features(blind)[:, others])
+        for value, known in TRANSFER_COLUMNS:
+            if remembered:  # within the memory the hot group reads the transfers it last saw
+                assert recalled[0, value] == pytest.approx(seen[0, value])
+                assert recalled[0, known] == 1.0
+            else:
+                assert recalled[0, known] == 0.0
+            assert recalled[1, known] == 0.0  # the cool group never transferred: nothing to remember
+    # A fresh observation replaces the memory; a zero memory remembers nothing.
+    fresh, at = _set_rows(80.0, 0.1)
+    memory.recall(fresh, at)
+    blind, later = _set_rows(90.0, None)
+    assert group_features(memory.recall(blind, later))[0, TRANSFER_COLUMNS[0][0]] == pytest.approx(
+        group_features(fresh)[0, TRANSFER_COLUMNS[0][0]]
+    )
+    off = TransferMemory(memory_s=0.0)
+    off.recall(rows, context)
+    assert off.recall(blind, later) == blind
+
+
 # ------------------------------------------------------------------------------------------- decisions
 
 
@@ -148,6 +214,52 @@ def test_a_one_interval_blip_does_not_switch_and_leaving_aggregated_restores_the
     back = _decide(selector, {"hot": PoolTargets(0, 8), "cool": PoolTargets(1, 7)})
     assert selector.chosen_rules()["hot"] == "dynamo-legacy"
     assert back.pools["hot"] == PoolTargets(6, 2)  # the split found at the first decision, restored
+
+
+def test_with_settle_before_judging_the_patience_waits_for_the_pools_asked_for() -> None:
+    def selector(**manifest: object) -> RuleSelector:
+        return RuleSelector(_manifest(**manifest), SelectorNetwork.from_tensors(_tensors(), len(RULES)), source="t")
+
+    plain, settling = selector(), selector(settle_before_judging=True)
+    for s in (plain, settling):
+        for _ in range(2):
+            _decide(s, {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)})
+        assert s.chosen_rules()["hot"] == "aggregated"  # asks for (0, 8)
+    moving = {"hot": PoolTargets(1, 7), "cool": PoolTargets(1, 7)}  # halfway there: legacy scores best
+    for _ in range(3):
+        _decide(plain, moving)
+        _decide(settling, moving)
+    assert plain.chosen_rules()["hot"] == "dynamo-legacy"  # judged on a state aggregated never settles in
+    assert settling.chosen_rules()["hot"] == "aggregated"  # not judged until its pools run
+    settled = {"hot": PoolTargets(0, 8), "cool": PoolTargets(1, 7)}
+    _decide(settling, settled)
+    assert settling.chosen_rules()["hot"] == "aggregated"
+    _decide(settling, settled)
+    assert settling.chosen_rules()["hot"] == "dynamo-legacy"  # judged once settled: the patience runs again
+
+
+def test_with_routing_following_pools_a_new_rule_routes_once_its_pools_run() -> None:
+    selector = RuleSelector(
+        _manifest(routing_follows_pools=True), SelectorNetwork.from_tensors(_tensors(), len(RULES)), source="t"
+    )
+    pools = {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)}
+    legacy = _decide(make_baseline("dynamo-legacy"), pools)
+    _decide(selector, pools)
+    switching = _decide(selector, pools)
+    assert selector.chosen_rules()["hot"] == "aggregated"
+    assert switching.pools["hot"] == PoolTargets(0, 8)  # the pool move starts at once
+    assert switching.thresholds["rag"] == legacy.thresholds["rag"]  # routed as before while the pools move
+    assert "hot: aggregated (routed by dynamo-legacy until its pools run)" in switching.reason
+    arrived = _decide(selector, {"hot": PoolTargets(0, 8), "cool": PoolTargets(1, 7)})
+    assert arrived.thresholds["rag"].rule is RouteRule.AGGREGATED_ONLY  # the pools run: the new rule routes
+    assert "routed by" not in arrived.reason
+    # A switch that moves no pool (legacy -> isl-bounding, both holding the split running) routes at once.
+    holding = _three_rule_selector(routing_follows_pools=True)
+    low = {"hot": PoolTargets(1, 7), "cool": PoolTargets(1, 7)}
+    _decide(holding, low)
+    now = _decide(holding, low)
+    assert holding.chosen_rules()["hot"] == "dynamo-isl-bounding"
+    assert now.thresholds["rag"].rule is RouteRule.DYNAMO_ISL_BOUNDING
 
 
 def _three_rule_selector(**manifest: object) -> RuleSelector:
