@@ -176,6 +176,12 @@ class WatchdogConfig(_Strict):
         3, description="comparable fallback windows needed before the estimate replaces min_attainment_frac"
     )
     max_evidence_windows: Annotated[int, Field(ge=1)] = Field(512, description="fallback windows remembered")
+    handback_windows: Annotated[int, Field(ge=0)] = Field(
+        3, description="hand control back early once this many fallback windows did no better (0 = never)"
+    )
+    settle_grace_s: Annotated[float, Field(ge=0)] = Field(
+        600.0, description="windows are not judged while the primary's pool move is under way, for up to this long"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> WatchdogConfig:
@@ -201,6 +207,8 @@ class WatchdogConfig(_Strict):
             self.load_tolerance_frac,
             self.min_evidence_windows,
             self.max_evidence_windows,
+            self.handback_windows,
+            self.settle_grace_s,
         )
 
 

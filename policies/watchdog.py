@@ -26,6 +26,13 @@ back ever more rarely. The windows the fallback is answerable for are recorded a
 primary that **raises** trips the watchdog at once (no streak needed): the fallback decides that interval and
 the hold, and :attr:`WatchdogState.primary_error` names the exception.
 
+**Not judged, not handed over.** A window during the primary's own pool move (an instance of a group it asked
+pools for still starting or switching, or other sizes than it asked for still running) is not judged, for at most
+``settle_grace_s`` in a row, and ends the failing streak: a primary moves pools because a group is failing, and
+judged on the minutes the move takes it would be handed over mid-move, the fallback's restore undoing the move.
+And when a streak would trip the watchdog while the primary decides exactly as the fallback would (same
+thresholds, same pools), it does not trip: a hand-over would change nothing but stop the primary from moving on.
+
 **Hand-back.** A hold is cut short when the fallback is doing no better: once it has decided
 ``handback_windows`` windows after its first (which still carries the primary's backlog), and their mean attainment
 is not above the mean of the windows that tripped the watchdog plus ``fallback_margin_frac``, the primary decides
@@ -95,6 +102,13 @@ class WatchdogParams:
             still carries the primary's backlog), hand control back early when their mean attainment is not above
             the attainment of the windows that tripped the watchdog plus ``fallback_margin_frac``: the fallback is
             doing no better, so holding only costs (default 3; 0 = always serve the whole hold).
+        settle_grace_s: a window is not judged while the pools the primary last asked for are not yet running in
+            every group it asked them for (an instance still starting or switching, or other sizes running), for at
+            most this many seconds in a row (default 600: a move of several instances at the guard's pace of one
+            per cooldown); 0 = judge every window. A primary that moves a group to other pools does so because
+            the group is failing; judged on the minutes the move takes, it would be handed over mid-move, and the
+            fallback's restore would undo the move and start another. Such a window also ends the failing streak:
+            the pools judged after it are not the ones that failed before it.
     """
 
     min_attainment_frac: float = 0.5
@@ -107,6 +121,7 @@ class WatchdogParams:
     min_evidence_windows: int = 3
     max_evidence_windows: int = 512
     handback_windows: int = 3
+    settle_grace_s: float = 600.0
 
     def __post_init__(self) -> None:
         if not 0.0 < self.min_attainment_frac <= 1.0:
@@ -122,6 +137,8 @@ class WatchdogParams:
             raise ValueError(f"watchdog fallback_margin_frac must be within [0, 1), got {self.fallback_margin_frac}")
         if self.load_tolerance_frac <= 0.0:
             raise ValueError(f"watchdog load_tolerance_frac must be > 0, got {self.load_tolerance_frac}")
+        if self.settle_grace_s < 0:
+            raise ValueError(f"watchdog settle_grace_s must be >= 0, got {self.settle_grace_s}")
         if self.max_evidence_windows < self.min_evidence_windows:
             raise ValueError(
                 f"watchdog max_evidence_windows ({self.max_evidence_windows}) must be >= min_evidence_windows "
@@ -154,6 +171,8 @@ class WatchdogState:
         evidence_windows: fallback windows on record.
         primary_error: ``"Type: message"`` when the primary raised on this decision (the watchdog then trips at
             once and the fallback decides).
+        settling: this window was not judged: the pools the primary asked for were still being brought up
+            (``WatchdogParams.settle_grace_s``).
     """
 
     in_fallback: bool = False
@@ -166,6 +185,7 @@ class WatchdogState:
     fallback_estimate_frac: float | None = None
     evidence_windows: int = 0
     primary_error: str | None = None
+    settling: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +251,11 @@ class BudgetSplit:
         return PoolTargets(prefill, decode)
 
 
+def _pending(observation: Observation, group: str) -> bool:
+    window = observation.window.groups.get(group)
+    return window is not None and window.pending_prefill + window.pending_decode > 0
+
+
 def weighted_attainment(observation: Observation, context: PolicyContext) -> float | None:
     """Priority- and rate-weighted SLO attainment of the window (``None`` when no tenant's is known).
 
@@ -262,6 +287,8 @@ class SloWatchdog:
         self._streak_attainment: list[float] = []  # the failing windows of the current streak
         self._tripped_at_frac: float | None = None  # their mean when the watchdog last tripped
         self._hold_attainment: list[float] = []  # the fallback's windows in the current hold
+        self._primary_pools: dict[str, PoolTargets] = {}  # what the primary last asked for
+        self._settling_since_s: float | None = None  # when its pools were first seen not yet running
 
     @property
     def policy_id(self) -> str:
@@ -284,6 +311,8 @@ class SloWatchdog:
         reason = ""
         tripped = False
         verdict: Verdict | None = None
+        settling = False
+        primary_decision: ControlAction | None = None
         no_better = self._fallback_no_better() if hold > 0 else None
         handed_back = no_better is not None
         if no_better is not None:
@@ -293,15 +322,12 @@ class SloWatchdog:
             hold -= 1
             reason = f"watchdog: fallback {self.fallback.policy_id} (trip {trips}, {hold} intervals left)"
         else:
-            if attainment is not None and self._primary_decided_last:
-                estimate = None
-                if load is not None:
-                    estimate = self._evidence.estimate(
-                        load, tolerance_frac=p.load_tolerance_frac, min_windows=p.min_evidence_windows
-                    )
-                verdict = judge(attainment, estimate, p)
-                streak = streak + 1 if verdict.failing else 0
-                self._streak_attainment = [*self._streak_attainment, attainment] if verdict.failing else []
+            streak, verdict, settling = self._judge(observation, context, attainment, load, streak)
+            if streak >= p.trigger_intervals and verdict is not None and attainment is not None:
+                primary_decision = self._primary_as_fallback(observation, context)
+                if primary_decision is not None:  # handing over would change nothing
+                    streak, self._streak_attainment = 0, []
+                    reason = f"no hand-over: the primary decides as fallback {self.fallback.policy_id} would"
             if streak >= p.trigger_intervals and verdict is not None and attainment is not None:
                 trips += 1
                 tripped = True
@@ -326,18 +352,49 @@ class SloWatchdog:
             if verdict is None or verdict.estimate is None
             else verdict.estimate.attainment_frac,
             evidence_windows=len(self._evidence),
+            settling=settling,
         )
         self._primary_decided_last = not in_fallback
         self._fallback_decided_last = in_fallback
         if not in_fallback:
             try:
-                decision = self.primary.decide(observation, context)
+                decision = primary_decision or self.primary.decide(observation, context)
             except Exception as exc:  # a primary that raises is the clearest failure: the fallback decides now
                 reason = self._primary_raised(exc)
             else:
-                if handed_back:  # say why the primary is back (not "watchdog: …", which marks fallback decisions)
+                self._primary_pools = dict(decision.pools)
+                if reason:  # say why the primary decides (not "watchdog: …" first, which marks fallback decisions)
                     return replace(decision, reason=f"{decision.reason} [{reason}]" if decision.reason else reason)
                 return decision
+        self._primary_pools, self._settling_since_s = {}, None
+        return self._fallback_action(observation, context, reason)
+
+    def _judge(
+        self,
+        observation: Observation,
+        context: PolicyContext,
+        attainment: float | None,
+        load: float | None,
+        streak: int,
+    ) -> tuple[int, Verdict | None, bool]:
+        """The failing streak after this window, its verdict (``None``: not judged) and whether it was settling."""
+        if attainment is None or not self._primary_decided_last:
+            return streak, None, False
+        if self._settling(observation, context):  # the primary's move is under way: what failed before is gone
+            self._streak_attainment = []
+            return 0, None, True
+        p = self.params
+        estimate = None
+        if load is not None:
+            estimate = self._evidence.estimate(
+                load, tolerance_frac=p.load_tolerance_frac, min_windows=p.min_evidence_windows
+            )
+        verdict = judge(attainment, estimate, p)
+        self._streak_attainment = [*self._streak_attainment, attainment] if verdict.failing else []
+        return (streak + 1 if verdict.failing else 0), verdict, False
+
+    def _fallback_action(self, observation: Observation, context: PolicyContext, reason: str) -> ControlAction:
+        """The fallback's decision, with every group it asks no pool change for sent back to its budget split."""
         action = self.fallback.decide(observation, context)
         pools = self._restored(context)
         pools.update({g: t for g, t in action.pools.items() if t != context.current_pools.get(g)})
@@ -347,6 +404,42 @@ class SloWatchdog:
             reason=f"{reason}: {action.reason}" if action.reason else reason,
             policy_id=self.policy_id,
         )
+
+    def _primary_as_fallback(self, observation: Observation, context: PolicyContext) -> ControlAction | None:
+        """The primary's decision when it is what the fallback would decide now (same thresholds and pools).
+
+        Asked when a streak would trip the watchdog: a primary that fails while deciding exactly as the fallback
+        would (the rule selector running the fallback's own rule) gains nothing from a hand-over, which would only
+        stop it from moving away. ``None`` otherwise, or when the primary raises (it then trips as usual).
+        """
+        try:
+            decision = self.primary.decide(observation, context)
+        except Exception:
+            return None
+        fallback = self._fallback_action(observation, context, "")
+        running = context.current_pools
+        groups = set(decision.pools) | set(fallback.pools)
+        same_pools = all(decision.pools.get(g, running.get(g)) == fallback.pools.get(g, running.get(g)) for g in groups)
+        return decision if same_pools and decision.thresholds == fallback.thresholds else None
+
+    def _settling(self, observation: Observation, context: PolicyContext) -> bool:
+        """Whether the pools the primary asked for are still being brought up, within ``settle_grace_s``.
+
+        Brought up: in every group the primary asked pools for, no instance starting or switching and the sizes
+        asked for running. The grace runs from the first window found not yet settled; once it is spent, windows
+        are judged again until the pools settle (which restarts it).
+        """
+        grace_s = self.params.settle_grace_s
+        moving = grace_s > 0 and any(
+            context.current_pools.get(group) != target or _pending(observation, group)
+            for group, target in self._primary_pools.items()
+        )
+        if not moving:
+            self._settling_since_s = None
+            return False
+        if self._settling_since_s is None:
+            self._settling_since_s = context.now_s
+        return context.now_s - self._settling_since_s < grace_s
 
     def _primary_raised(self, exc: Exception) -> str:
         """Trip at once on a primary's exception (no streak needed); the fallback's reason for this decision."""

@@ -50,6 +50,8 @@ def step(
     *,
     rate_rps: float = 1.0,
     groups: tuple[TenantGroup, ...] = GROUPS,
+    now_s: float = 0.0,
+    pending: int = 0,
 ) -> ControlAction:
     """One decision on a window where every tenant runs at ``rate_rps`` with the given SLO attainment."""
     known = attainment is not None
@@ -57,8 +59,9 @@ def step(
         name: TenantWindow(request_rate_rps=rate_rps if known else None, slo_attainment_frac=attainment)
         for name in ("chat", "batch")
     }
-    window = MetricWindow(100.0, 15.0, tenants, {"g": GroupWindow(current.num_prefill, current.num_decode)})
-    context = PolicyContext(TENANTS, groups, {"g": current}, BASE, BASE, now_s=0.0, interval_s=15.0)
+    group_window = GroupWindow(current.num_prefill, current.num_decode, pending_decode=pending)
+    window = MetricWindow(100.0, 15.0, tenants, {"g": group_window})
+    context = PolicyContext(TENANTS, groups, {"g": current}, BASE, BASE, now_s=now_s, interval_s=15.0)
     return policy.decide(build_observation(window, context.observation_context()), context)
 
 
@@ -76,6 +79,9 @@ def run(wd: SloWatchdog, primary: float, fallback: float, ticks: int, **kwargs: 
 
 
 def watchdog(**params: float) -> SloWatchdog:
+    """A watchdog over :class:`AllPrefill`; these tests keep its pools from running, so unless a test sets
+    ``settle_grace_s`` every window is judged (the grace has tests of its own)."""
+    params = {"settle_grace_s": 0.0, **params}
     return SloWatchdog(AllPrefill(), FilePolicy(RESOLVED, "file:base"), WatchdogParams(**params))  # type: ignore[arg-type]
 
 
@@ -178,6 +184,7 @@ def test_a_fallback_with_its_own_pool_opinion_keeps_it() -> None:
         ("min_evidence_windows", 0, "watchdog min_evidence_windows must be >= 1, got 0"),
         ("max_evidence_windows", 2, "watchdog max_evidence_windows (2) must be >= min_evidence_windows (3)"),
         ("handback_windows", -1, "watchdog handback_windows must be >= 0, got -1"),
+        ("settle_grace_s", -1.0, "watchdog settle_grace_s must be >= 0, got -1.0"),
     ],
 )
 def test_bad_parameters_are_refused_naming_the_field(field: str, value: float, message: str) -> None:
@@ -264,3 +271,62 @@ def test_a_fallback_doing_no_better_hands_control_back_early() -> None:
     assert next(len(r) for r in run(off, primary=0.3, fallback=0.2, ticks=40).split("P") if r) == 20
     better = watchdog(trigger_intervals=2, hold_intervals=20)
     assert next(len(r) for r in run(better, primary=0.3, fallback=0.9, ticks=40).split("P") if r) == 20
+
+
+def test_windows_are_not_judged_while_the_primarys_pools_are_still_coming_up_within_the_grace() -> None:
+    """AllPrefill asks for (3, 1); the deployed (2, 2) keeps running, then an instance is pending, then (3, 1) runs."""
+    wd = watchdog(trigger_intervals=2, settle_grace_s=60.0)
+    step(wd, 0.1, PoolTargets(3, 1), now_s=-30.0)  # the first window: never judged
+    step(wd, 0.1, PoolTargets(3, 1), now_s=-15.0)  # judged (the pools run): failing
+    assert wd.state.failing_streak == 1
+    step(wd, 0.1, now_s=0.0)  # the deployed split is back (an operator, say): the primary's move starts again
+    assert wd.state.settling
+    assert wd.state.failing_streak == 0  # a move ends the streak: the pools judged next are not those that failed
+    for now_s in (15.0, 30.0, 45.0):  # the move is under way (sizes not yet running): not judged, whatever it shows
+        step(wd, 0.1, now_s=now_s)
+        assert wd.state.settling
+        assert wd.state.bar_frac is None
+        assert wd.state.failing_streak == 0
+    step(wd, 0.1, PoolTargets(3, 1), now_s=50.0, pending=1)  # sizes running but an instance still starting
+    assert wd.state.settling
+    step(wd, 0.1, PoolTargets(3, 1), now_s=60.0)  # settled: judged from here on
+    assert not wd.state.settling
+    assert wd.state.failing_streak == 1
+    step(wd, 0.1, PoolTargets(3, 1), now_s=75.0)
+    assert wd.state.tripped
+
+
+def test_a_primary_whose_pools_never_come_up_is_judged_once_the_grace_is_spent() -> None:
+    wd = watchdog(trigger_intervals=2, settle_grace_s=60.0)
+    pattern = []
+    for tick in range(8):
+        step(wd, 0.1, now_s=15.0 * tick)
+        pattern.append("s" if wd.state.settling else ("F" if wd.state.in_fallback else "P"))
+    # 0 s: the first window; 15-60 s: within the 60 s grace that starts at 15 s; 75 s: judged (failing);
+    # 90 s: the second failing window trips.
+    assert "".join(pattern) == "PssssPFF"
+    # Without a grace (0) the same primary trips after its first two judged windows.
+    wd = watchdog(trigger_intervals=2)
+    assert run(wd, primary=0.1, fallback=0.9, ticks=4) == "PPFF"
+
+
+class Mimic:
+    """A primary that decides exactly as the file fallback does (and asks for no pool change)."""
+
+    policy_id = "test:mimic"
+
+    def decide(self, observation: Observation, context: PolicyContext) -> ControlAction:
+        action = FilePolicy(RESOLVED, "file:base").decide(observation, context)
+        return ControlAction(thresholds=action.thresholds, reason="mimic", policy_id=self.policy_id)
+
+
+def test_a_primary_deciding_as_the_fallback_would_is_not_handed_over() -> None:
+    wd = SloWatchdog(Mimic(), FilePolicy(RESOLVED, "file:base"), WatchdogParams(trigger_intervals=2))
+    reasons = []
+    for _ in range(8):  # failing all along, on the deployed split the fallback would restore
+        reasons.append(step(wd, 0.1).reason)
+        assert not wd.state.in_fallback
+    assert wd.state.trips == 0
+    assert reasons.count("mimic [no hand-over: the primary decides as fallback file:base would]") == 3
+    # One that decides otherwise (AllPrefill asks for other pools) is handed over as before.
+    assert run(watchdog(trigger_intervals=2), primary=0.1, fallback=0.9, ticks=4) == "PPFF"
