@@ -18,6 +18,10 @@ chooses, a group is run by one of the rules a platform team already trusts, neve
 * **Pools.** A rule that sizes pools (``aggregated``) sets them; under a rule that holds pools as deployed, the
   group returns to the split the selector found at its first decision, relative to the budget
   (:class:`policies.watchdog.BudgetSplit`), so leaving ``aggregated`` restores the deployed prefill pool.
+* **No evidence, no vote.** A window in which no tenant of a group has a known request rate (a controller's
+  first ticks, a scrape gap) neither advances nor resets that group's patience: the group keeps its rule. On the
+  live demo's first three 2-s ticks every value was unknown, and a selector that voted on them switched the group
+  to a rule the simulator scores at a seventh of legacy's goodput on that scenario.
 * **Tenants of no listed group** (a live policy file's implicit ``default`` tenant) keep their thresholds
   (:meth:`policies.base.PolicyContext.grouped`).
 
@@ -205,6 +209,7 @@ class SelectorNetwork:
         return out
 
 
+_GROUP_RATE = [f.name for f in SET_GROUP_FEATURES].index("request_rate_per_instance")
 _GROUP_TRANSFER = tuple(i for i, f in enumerate(SET_GROUP_FEATURES) if f.name.startswith("transfer_"))
 _TENANT_TRANSFER = tuple(i for i, f in enumerate(SET_TENANT_FEATURES) if f.name.startswith("transfer_"))
 
@@ -343,8 +348,12 @@ class RuleSelector:
                 self._splits[group.name] = None if running is None else BudgetSplit.of(group, running)
             state = self._groups.get(group.name)
             if state is None:
-                first = int(np.argmax(scores[gi])) if self.manifest.first_decision == "scored" else 0
+                scored = self.manifest.first_decision == "scored" and rows.group_rows[gi][_GROUP_RATE] is not None
+                first = int(np.argmax(scores[gi])) if scored else 0
                 state = self._groups[group.name] = _GroupState(rule=first, routing=first)
+            if rows.group_rows[gi][_GROUP_RATE] is None:  # no traffic seen in the window: no evidence, no vote
+                chosen.append(state.rule)
+                continue
             if self.manifest.settle_before_judging and not self._settled(group.name, observation, context):
                 chosen.append(state.rule)
                 continue

@@ -98,10 +98,15 @@ def _context(pools: dict[str, PoolTargets], tenants: tuple[Tenant, ...] = TENANT
     return PolicyContext(tenants=tenants, groups=GROUPS, current_pools=pools, current_thresholds=BASE)
 
 
-def _decide(selector: Policy, pools: dict[str, PoolTargets], tenants: tuple[Tenant, ...] = TENANTS) -> ControlAction:
+def _decide(
+    selector: Policy,
+    pools: dict[str, PoolTargets],
+    tenants: tuple[Tenant, ...] = TENANTS,
+    rate_rps: float | None = 2.0,
+) -> ControlAction:
     context = _context(pools, tenants)
     groups = {g: GroupWindow(num_prefill=p.num_prefill, num_decode=p.num_decode) for g, p in pools.items()}
-    tw = {t.name: TenantWindow(request_rate_rps=2.0) for t in tenants}
+    tw = {t.name: TenantWindow(request_rate_rps=rate_rps) for t in tenants}
     window = MetricWindow(end_s=10.0, window_s=10.0, tenants=tw, groups=groups)
     observation = build_observation(window, ObservationContext(tenants, GROUPS, BASE))
     return selector.decide(observation, context)
@@ -214,6 +219,24 @@ def test_a_one_interval_blip_does_not_switch_and_leaving_aggregated_restores_the
     back = _decide(selector, {"hot": PoolTargets(0, 8), "cool": PoolTargets(1, 7)})
     assert selector.chosen_rules()["hot"] == "dynamo-legacy"
     assert back.pools["hot"] == PoolTargets(6, 2)  # the split found at the first decision, restored
+
+
+def test_a_window_without_traffic_is_no_evidence_and_the_patience_waits_for_one() -> None:
+    selector = _selector()
+    hot = {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)}  # aggregated scores best for the hot group
+    for _ in range(3):  # a controller's first ticks: no rate known yet
+        _decide(selector, hot, rate_rps=None)
+    assert selector.chosen_rules()["hot"] == "dynamo-legacy"
+    _decide(selector, hot)
+    assert selector.chosen_rules()["hot"] == "dynamo-legacy"  # one window with traffic: patience 2 not yet met
+    _decide(selector, hot, rate_rps=None)  # a gap does not reset the streak either
+    _decide(selector, hot)
+    assert selector.chosen_rules()["hot"] == "aggregated"
+    scored = RuleSelector(
+        _manifest(first_decision="scored"), SelectorNetwork.from_tensors(_tensors(), len(RULES)), source="t"
+    )
+    _decide(scored, hot, rate_rps=None)
+    assert scored.chosen_rules()["hot"] == "dynamo-legacy"  # nothing to score on: the first rule
 
 
 def test_with_settle_before_judging_the_patience_waits_for_the_pools_asked_for() -> None:
