@@ -10,7 +10,9 @@ achieve, in the windows it decided, at a comparable **offered load relative to t
 :class:`FallbackRecord` keeps the last ``max_windows`` such (load, attainment) pairs; :meth:`FallbackRecord.estimate`
 answers, for the load of the window being judged, the mean attainment of the recorded windows whose load is
 within ``tolerance_frac`` of it (a ratio: ``1 / (1 + t) <= load_i / load <= 1 + t``), or ``None`` when fewer than
-``min_windows`` are comparable. The watchdog then keeps its absolute floor.
+``min_windows`` are comparable. The watchdog then keeps its absolute floor, unless the windows at that load or
+lighter (:meth:`FallbackRecord.ceiling`) show the fallback below it: attainment does not rise with load, so a
+primary doing as well as the fallback did under less load is not failing.
 
 Limits of the estimate, stated rather than hidden: request rate per instance ignores the mix (prompt and
 output lengths, prefix hits), so two windows of equal load can differ in difficulty; the fallback is only
@@ -44,6 +46,8 @@ class FallbackEstimate:
     attainment_frac: float
     num_windows: int
     load_rps_per_instance: float
+    lighter: bool = False
+    """From windows at this load or lighter (:meth:`FallbackRecord.ceiling`), not only comparable ones."""
 
 
 def offered_load_rps_per_instance(observation: Observation, context: PolicyContext) -> float | None:
@@ -90,6 +94,21 @@ class FallbackRecord:
         if len(matches) < min_windows:
             return None
         return FallbackEstimate(sum(matches) / len(matches), len(matches), load_rps_per_instance)
+
+    def ceiling(self, load_rps_per_instance: float, *, min_windows: int) -> FallbackEstimate | None:
+        """Mean attainment of the windows at this load **or lighter**; ``None`` below ``min_windows``.
+
+        Attainment does not rise with load (for the same mix): what the fallback achieved at a lighter load is an
+        optimistic estimate of what it would achieve at this one, so a window may be judged against it when no
+        comparable one exists. It can only lower a bar (a primary no worse than the fallback was at a lighter
+        load is not failing), never raise it.
+        """
+        if not math.isfinite(load_rps_per_instance) or load_rps_per_instance < 0:
+            return None
+        matches = [a for load, a in self._windows if load <= load_rps_per_instance]
+        if len(matches) < min_windows:
+            return None
+        return FallbackEstimate(sum(matches) / len(matches), len(matches), load_rps_per_instance, lighter=True)
 
 
 def _comparable(recorded: float, asked: float, high: float) -> bool:

@@ -16,8 +16,11 @@ over the tenants whose rate and attainment are known (no known tenant: no verdic
   evidence: at least ``min_evidence_windows`` windows the fallback decided at an offered load per instance within
   ``load_tolerance_frac`` of this one (:mod:`policies.fallback_evidence` explains the estimate and its limits).
   A primary that is poor where the fallback was as poor is not failing: handing over would not help;
-* otherwise (no fallback window yet, or none at a comparable load, or the load unknown) the absolute floor
-  ``min_attainment_frac``, a backstop until such evidence exists. The first trip is always the floor's.
+* otherwise the fallback's windows at this load **or lighter**, less the margin, when that is below the floor
+  (attainment does not rise with load: a primary doing as well as the fallback did under less load is not
+  failing);
+* otherwise (no fallback window yet, or none at a comparable or lighter load, or the load unknown) the absolute
+  floor ``min_attainment_frac``, a backstop until such evidence exists. The first trip is always the floor's.
 
 **Trips.** After ``trigger_intervals`` failing intervals in a row, the watchdog *trips*: the fallback decides for
 ``hold_intervals`` intervals, then the primary gets control back (and a fresh streak). Each further trip
@@ -207,9 +210,10 @@ class Verdict:
         if self.estimate is None:
             return f"{self.bar_frac:g} SLO attainment"
         e = self.estimate
+        at = "≤ " if e.lighter else ""
         return (
             f"{self.bar_frac:.2f} SLO attainment (the fallback's {e.attainment_frac:.2f} over {e.num_windows} "
-            f"windows at {e.load_rps_per_instance:.3g} req/s per instance, less {params.fallback_margin_frac:g})"
+            f"windows at {at}{e.load_rps_per_instance:.3g} req/s per instance, less {params.fallback_margin_frac:g})"
         )
 
 
@@ -389,6 +393,10 @@ class SloWatchdog:
             estimate = self._evidence.estimate(
                 load, tolerance_frac=p.load_tolerance_frac, min_windows=p.min_evidence_windows
             )
+            if estimate is None:  # the fallback under lighter load bounds it above: it may lower the floor
+                ceiling = self._evidence.ceiling(load, min_windows=p.min_evidence_windows)
+                if ceiling is not None and ceiling.attainment_frac - p.fallback_margin_frac < p.min_attainment_frac:
+                    estimate = ceiling
         verdict = judge(attainment, estimate, p)
         self._streak_attainment = [*self._streak_attainment, attainment] if verdict.failing else []
         return (streak + 1 if verdict.failing else 0), verdict, False

@@ -63,3 +63,17 @@ def test_offered_load_is_known_rate_over_running_instances() -> None:
     assert load({"a": 3.0, "b": None}, PoolTargets(1, 2)) == pytest.approx(1.0)
     assert load({"a": None, "b": None}, PoolTargets(2, 2)) is None
     assert load({"a": 1.0}, PoolTargets(0, 0)) is None
+
+
+def test_the_ceiling_is_the_mean_of_windows_at_this_load_or_lighter() -> None:
+    record = FallbackRecord(10)
+    for load, attainment in ((1.0, 0.2), (2.0, 0.1), (4.0, 0.9)):
+        record.add(load, attainment)
+    ceiling = record.ceiling(2.5, min_windows=2)
+    assert ceiling is not None
+    assert (ceiling.attainment_frac, ceiling.num_windows, ceiling.lighter) == (pytest.approx(0.15), 2, True)
+    assert record.ceiling(1.5, min_windows=2) is None  # one window at or below 1.5
+    every = record.ceiling(5.0, min_windows=3)
+    assert every is not None
+    assert every.attainment_frac == pytest.approx(0.4)
+    assert record.ceiling(math.nan, min_windows=1) is None

@@ -229,6 +229,20 @@ def test_without_comparable_load_the_floor_judges() -> None:
     assert "F" in run(wd, primary=0.3, fallback=0.95, ticks=10, rate_rps=5.0)
 
 
+def test_a_fallback_that_failed_under_lighter_load_lowers_the_floor_at_a_heavier_one() -> None:
+    wd = watchdog(trigger_intervals=2, hold_intervals=3, handback_windows=0)
+    run(wd, primary=0.1, fallback=0.1, ticks=6)  # the fallback got 0.1 at 0.5 req/s per instance
+    # Five times the load: no comparable window, but the fallback did no better than 0.1 under less load, so a
+    # primary at 0.3 (below the floor) is not failing: the bar is 0.1 less the margin.
+    assert run(wd, primary=0.3, fallback=0.1, ticks=10, rate_rps=5.0) == "P" * 10
+    assert wd.state.bar_frac == pytest.approx(0.05)
+    assert wd.state.fallback_estimate_frac == pytest.approx(0.1)
+    # At a lighter load than any record the floor judges.
+    lighter = watchdog(trigger_intervals=2, hold_intervals=3, handback_windows=0)
+    run(lighter, primary=0.1, fallback=0.1, ticks=6, rate_rps=5.0)
+    assert "F" in run(lighter, primary=0.3, fallback=0.1, ticks=10, rate_rps=0.5)
+
+
 def test_pools_are_restored_relative_to_the_budget() -> None:
     wd = watchdog(trigger_intervals=1)
     step(wd, 0.2)  # started at 2P2D of a 4-instance budget: half prefill, the whole budget
