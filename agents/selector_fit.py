@@ -19,11 +19,9 @@ from safetensors.numpy import save_file
 
 from agents.selector_data import SelectorDataset
 from policies.learned import MANIFEST_NAME, WEIGHTS_NAME
-from policies.rule_selector import GROUP_INPUT_WIDTH, SelectorManifest
+from policies.rule_selector import GROUP_INPUT_WIDTH, UNVARIED_SCALE, SelectorManifest
 
 __all__ = ["FitResult", "export_selector", "fit_selector"]
-
-_MIN_SCALE = 1e-3
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +52,7 @@ def fit_selector(
     y = torch.from_numpy(data.targets if loss == "soft_best" else data.ratios)
     w = torch.from_numpy(data.weights)
     mean = x.mean(0)
-    scale = x.std(0).clamp_min(_MIN_SCALE)
+    scale = x.std(0).clamp_min(UNVARIED_SCALE)  # the runtime holds inputs at this scale still
     rules = y.shape[1]
     net = torch.nn.Sequential(
         torch.nn.Linear(GROUP_INPUT_WIDTH, hidden_width),

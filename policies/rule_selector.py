@@ -68,6 +68,7 @@ __all__ = [
     "SELECTOR_FORMAT",
     "TENSOR_NAMES",
     "TRANSFER_COLUMNS",
+    "UNVARIED_SCALE",
     "RuleSelector",
     "SelectorManifest",
     "SelectorNetwork",
@@ -79,6 +80,9 @@ __all__ = [
 SELECTOR_FORMAT = "pdctl-rule-selector"
 GROUP_INPUT_WIDTH = 2 * len(SET_GROUP_FEATURES) + 4 * len(SET_TENANT_FEATURES)
 """One group's input: its row (values, known flags), then the mean and the maximum of its tenants' rows."""
+UNVARIED_SCALE = 1e-3
+"""The input scale a fit gives a feature that never varied in its training data (the floor of the standard
+deviation, :func:`agents.selector_fit.fit_selector`); at run time such a feature is held at its training value."""
 TENSOR_NAMES: tuple[str, ...] = (
     "input.mean",
     "input.scale",
@@ -200,9 +204,16 @@ class SelectorNetwork:
         return int(self.tensors["hidden0.weight"].shape[0])
 
     def scores(self, inputs: np.ndarray) -> np.ndarray:
-        """Rule scores (logits) ``[groups, rules]`` for group inputs ``[groups, GROUP_INPUT_WIDTH]``."""
+        """Rule scores (logits) ``[groups, rules]`` for group inputs ``[groups, GROUP_INPUT_WIDTH]``.
+
+        An input that never varied in training (its scale at :data:`UNVARIED_SCALE`) is held at its training
+        value: the network learned nothing from it, and standardised by that scale any live difference would be
+        a thousandfold (measured on the live demo: the tenants' prefix-hit fraction, never known in the
+        simulator, is known live, and the scores went from about 7 to -1,018 … 374).
+        """
         t = self.tensors
         x = (np.asarray(inputs, dtype=np.float32) - t["input.mean"]) / t["input.scale"]
+        x = np.where(t["input.scale"] <= UNVARIED_SCALE * 1.0001, np.float32(0.0), x)
         h = np.maximum(x @ t["hidden0.weight"].T + t["hidden0.bias"], 0.0)
         h = np.maximum(h @ t["hidden1.weight"].T + t["hidden1.bias"], 0.0)
         out: np.ndarray = h @ t["out.weight"].T + t["out.bias"]

@@ -21,6 +21,7 @@ from policies.registry import LoadOptions, build_policy, layout_problem
 from policies.rule_selector import (
     GROUP_INPUT_WIDTH,
     TRANSFER_COLUMNS,
+    UNVARIED_SCALE,
     RuleSelector,
     SelectorManifest,
     SelectorNetwork,
@@ -185,6 +186,24 @@ def test_a_transfer_memory_stands_in_for_unknown_transfer_features_until_it_is_t
     off = TransferMemory(memory_s=0.0)
     off.recall(rows, context)
     assert off.recall(blind, later) == blind
+
+
+def test_an_input_that_never_varied_in_training_is_held_at_its_training_value() -> None:
+    """Standardised by the floor scale, a feature the simulator never varied (the tenants' prefix-hit fraction,
+    unknown there, known live) would move the scores a thousandfold; it is held instead."""
+    tensors = _tensors()
+    column = GROUP_INPUT_WIDTH - 1  # a known flag the training data never set
+    tensors["input.scale"][column] = UNVARIED_SCALE
+    tensors["hidden0.weight"][0, column] = 0.5  # an untrained weight on it
+    network = SelectorNetwork.from_tensors(tensors, len(RULES))
+    x = np.zeros((1, GROUP_INPUT_WIDTH), dtype=np.float32)
+    seen = network.scores(x)
+    x[0, column] = 1.0
+    np.testing.assert_array_equal(network.scores(x), seen)
+    # A feature that varied (scale above the floor) still counts.
+    tensors["input.scale"][column] = 0.5
+    varied = SelectorNetwork.from_tensors(tensors, len(RULES))
+    assert not np.array_equal(varied.scores(x), varied.scores(np.zeros_like(x)))
 
 
 # ------------------------------------------------------------------------------------------- decisions
