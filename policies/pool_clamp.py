@@ -29,6 +29,7 @@ __all__ = [
     "ClampReason",
     "PoolClamp",
     "group_data_complete",
+    "pools_running",
     "within_bounds",
 ]
 
@@ -70,6 +71,14 @@ class Clamp:
 
 def _sign(value: int) -> int:
     return (value > 0) - (value < 0)
+
+
+def pools_running(window: MetricWindow, context: PolicyContext, group: str, target: PoolTargets | None) -> bool:
+    """Whether ``group`` runs ``target`` (``None``: any sizes) with no instance starting or switching."""
+    group_window = window.groups.get(group)
+    if group_window is not None and group_window.pending_prefill + group_window.pending_decode > 0:
+        return False
+    return target is None or target == context.current_pools.get(group)
 
 
 def group_data_complete(window: MetricWindow, context: PolicyContext, group: str) -> bool:

@@ -52,6 +52,7 @@ from policies.learned import (
     read_manifest,
     read_weights,
 )
+from policies.pool_clamp import pools_running
 from policies.schema import SCHEMA_VERSION, ControlAction, PoolTargets, RoutingThresholds
 from policies.set_features import (
     SET_GROUP_FEATURES,
@@ -408,22 +409,15 @@ class RuleSelector:
     ) -> int:
         """The rule whose thresholds act for ``group`` now (see ``routing_follows_pools``)."""
         state = self._groups[group]
-        if state.routing != rule and self.manifest.routing_follows_pools:
-            window = observation.window.groups.get(group)
-            pending = window is not None and window.pending_prefill + window.pending_decode > 0
-            target = pools.get(group)
-            if pending or (target is not None and target != context.current_pools.get(group)):
-                return state.routing
+        moving = not pools_running(observation.window, context, group, pools.get(group))
+        if state.routing != rule and self.manifest.routing_follows_pools and moving:
+            return state.routing
         state.routing = rule
         return rule
 
     def _settled(self, group: str, observation: Observation, context: PolicyContext) -> bool:
         """No instance of ``group`` pending and the pools last asked for running (see ``settle_before_judging``)."""
-        window = observation.window.groups.get(group)
-        if window is not None and window.pending_prefill + window.pending_decode > 0:
-            return False
-        asked = self._asked.get(group)
-        return asked is None or asked == context.current_pools.get(group)
+        return pools_running(observation.window, context, group, self._asked.get(group))
 
     def _advance(self, state: _GroupState, best: int) -> int:
         if best == state.rule:

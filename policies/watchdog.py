@@ -65,6 +65,7 @@ from dataclasses import dataclass, replace
 from policies.base import Policy, PolicyContext
 from policies.fallback_evidence import FallbackEstimate, FallbackRecord, offered_load_rps_per_instance
 from policies.features import Observation
+from policies.pool_clamp import pools_running
 from policies.schema import ControlAction, PoolTargets, TenantGroup
 from policies.scoring import pooled_attainment_frac
 
@@ -255,11 +256,6 @@ class BudgetSplit:
         return PoolTargets(prefill, decode)
 
 
-def _pending(observation: Observation, group: str) -> bool:
-    window = observation.window.groups.get(group)
-    return window is not None and window.pending_prefill + window.pending_decode > 0
-
-
 def weighted_attainment(observation: Observation, context: PolicyContext) -> float | None:
     """Priority- and rate-weighted SLO attainment of the window (``None`` when no tenant's is known).
 
@@ -329,10 +325,10 @@ class SloWatchdog:
             streak, verdict, settling = self._judge(observation, context, attainment, load, streak)
             if streak >= p.trigger_intervals and verdict is not None and attainment is not None:
                 primary_decision = self._primary_as_fallback(observation, context)
-                if primary_decision is not None:  # handing over would change nothing
-                    streak, self._streak_attainment = 0, []
-                    reason = f"no hand-over: the primary decides as fallback {self.fallback.policy_id} would"
-            if streak >= p.trigger_intervals and verdict is not None and attainment is not None:
+            if primary_decision is not None:  # handing over would change nothing
+                streak, self._streak_attainment = 0, []
+                reason = f"no hand-over: the primary decides as fallback {self.fallback.policy_id} would"
+            elif streak >= p.trigger_intervals and verdict is not None and attainment is not None:
                 trips += 1
                 tripped = True
                 hold = p.hold_for(trips) - 1
@@ -438,9 +434,8 @@ class SloWatchdog:
         are judged again until the pools settle (which restarts it).
         """
         grace_s = self.params.settle_grace_s
-        moving = grace_s > 0 and any(
-            context.current_pools.get(group) != target or _pending(observation, group)
-            for group, target in self._primary_pools.items()
+        moving = grace_s > 0 and not all(
+            pools_running(observation.window, context, group, target) for group, target in self._primary_pools.items()
         )
         if not moving:
             self._settling_since_s = None
