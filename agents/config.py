@@ -300,6 +300,8 @@ class SelectorConfig(_Strict):
     it runs ``aggregated``."""
     settle_before_judging: bool = False
     """:attr:`policies.rule_selector.SelectorManifest.settle_before_judging`."""
+    move_dwell_s: Annotated[float, Field(ge=0, le=86_400)] = 0.0
+    """:attr:`policies.rule_selector.SelectorManifest.move_dwell_s` (0 = judge from the first settled window)."""
     routing_follows_pools: bool = False
     """:attr:`policies.rule_selector.SelectorManifest.routing_follows_pools`."""
     transfer_memory_s: Annotated[float, Field(ge=0, le=86_400)] = 0.0
@@ -313,6 +315,8 @@ class SelectorConfig(_Strict):
             raise ValueError(f"rules: unknown baseline {unknown[0]!r} (known: {', '.join(sorted(BASELINES))})")
         if len(set(self.rules)) != len(self.rules):
             raise ValueError("rules: a rule is listed twice")
+        if self.move_dwell_s > 0 and not self.settle_before_judging:
+            raise ValueError("move_dwell_s: needs settle_before_judging: true (the dwell follows a settled move)")
         return self
 
 

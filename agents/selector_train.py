@@ -158,6 +158,7 @@ def train_selector(
             first_decision=selector.first_decision,
             transfer_memory_s=selector.transfer_memory_s,
             settle_before_judging=selector.settle_before_judging,
+            move_dwell_s=selector.move_dwell_s,
             routing_follows_pools=selector.routing_follows_pools,
             algorithm=f"rule_selector/{selector.loss}",
             mlflow_run_id=run_id,

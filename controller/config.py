@@ -182,6 +182,9 @@ class WatchdogConfig(_Strict):
     settle_grace_s: Annotated[float, Field(ge=0)] = Field(
         600.0, description="windows are not judged while the primary's pool move is under way, for up to this long"
     )
+    move_dwell_s: Annotated[float, Field(ge=0)] = Field(
+        300.0, description="nor for this long after the move has settled (its backlog still shows; 0 = judge at once)"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> WatchdogConfig:
@@ -209,6 +212,7 @@ class WatchdogConfig(_Strict):
             self.max_evidence_windows,
             self.handback_windows,
             self.settle_grace_s,
+            self.move_dwell_s,
         )
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from policies.base import Policy, PolicyContext
 from policies.baselines import BASELINES, make_baseline
@@ -140,6 +140,12 @@ class SelectorManifest(BaseModel):
     """Count the patience only in intervals where the group's pools are settled: no instance starting or
     switching, and the pools the selector last asked for running. A rule is trained on the states it leads to,
     not on the minutes its pool move takes; judged in between, it is judged on states it was never scored on."""
+    move_dwell_s: float = Field(default=0.0, ge=0.0)
+    """With ``settle_before_judging``: after a pool move of a group has settled, count its patience only once the
+    moved pools have run this long (0 = from the first settled window). The windows right after a move still carry
+    the backlog the move built up; judged on them, a rule that took ten minutes to bring up is left again at once
+    (traced on a validation scenario: aggregated reached after 600 s, isl-bounding chosen back 30 s later, the move
+    undone over the next 600 s). Only after a move: a group's first windows are judged at once."""
     routing_follows_pools: bool = False
     """When a group changes to a rule that asks for other pools, keep routing it by the rule before until those
     pools run (no instance pending, the sizes asked for running): a pool move takes minutes, and the new rule's
@@ -163,6 +169,12 @@ class SelectorManifest(BaseModel):
         if len(set(rules)) != len(rules):
             raise ValueError("a rule is listed twice")
         return rules
+
+    @model_validator(mode="after")
+    def _dwell_needs_settling(self) -> SelectorManifest:
+        if self.move_dwell_s > 0 and not self.settle_before_judging:
+            raise ValueError("move_dwell_s needs settle_before_judging: true (the dwell follows a settled move)")
+        return self
 
 
 @dataclass(frozen=True)
@@ -292,6 +304,10 @@ class _GroupState:
     streak: int = 0
     routing: int = 0
     """The rule whose thresholds act (``rule`` unless ``routing_follows_pools`` holds the previous one)."""
+    moved: bool = False
+    """Its pools were seen not settled since the last settled window (a move under way or just done)."""
+    settled_since_s: float | None = None
+    """When its pools were first seen settled after a move (``None``: no move since, or not settled now)."""
 
 
 @dataclass
@@ -366,7 +382,7 @@ class RuleSelector:
             if rows.group_rows[gi][_GROUP_RATE] is None:  # no traffic seen in the window: no evidence, no vote
                 chosen.append(state.rule)
                 continue
-            if self.manifest.settle_before_judging and not self._settled(group.name, observation, context):
+            if self.manifest.settle_before_judging and not self._judged(state, group.name, observation, context):
                 chosen.append(state.rule)
                 continue
             chosen.append(self._advance(state, int(np.argmax(scores[gi]))))
@@ -415,9 +431,23 @@ class RuleSelector:
         state.routing = rule
         return rule
 
-    def _settled(self, group: str, observation: Observation, context: PolicyContext) -> bool:
-        """No instance of ``group`` pending and the pools last asked for running (see ``settle_before_judging``)."""
-        return pools_running(observation.window, context, group, self._asked.get(group))
+    def _judged(self, state: _GroupState, group: str, observation: Observation, context: PolicyContext) -> bool:
+        """Whether this window counts for ``group``'s patience.
+
+        It counts when the group's pools are settled (no instance pending, the pools last asked for running;
+        ``settle_before_judging``) and, after a move, have run for ``move_dwell_s``.
+        """
+        if not pools_running(observation.window, context, group, self._asked.get(group)):
+            state.moved, state.settled_since_s = True, None
+            return False
+        if not state.moved:
+            return True
+        if state.settled_since_s is None:
+            state.settled_since_s = context.now_s
+        if context.now_s - state.settled_since_s < self.manifest.move_dwell_s:
+            return False
+        state.moved, state.settled_since_s = False, None
+        return True
 
     def _advance(self, state: _GroupState, best: int) -> int:
         if best == state.rule:

@@ -113,6 +113,10 @@ class WatchdogParams:
             the group is failing; judged on the minutes the move takes, it would be handed over mid-move, and the
             fallback's restore would undo the move and start another. Such a window also ends the failing streak:
             the pools judged after it are not the ones that failed before it.
+        move_dwell_s: after such a move has settled, its windows are not judged for this long either (default 300):
+            they still carry the backlog the move built up, and a rule that took minutes to bring up would be
+            handed over on it. Moving and dwelling together stay unjudged for at most ``settle_grace_s +
+            move_dwell_s`` in a row, so a primary that keeps moving is still judged.
     """
 
     min_attainment_frac: float = 0.5
@@ -126,6 +130,7 @@ class WatchdogParams:
     max_evidence_windows: int = 512
     handback_windows: int = 3
     settle_grace_s: float = 600.0
+    move_dwell_s: float = 300.0
 
     def __post_init__(self) -> None:
         if not 0.0 < self.min_attainment_frac <= 1.0:
@@ -143,6 +148,8 @@ class WatchdogParams:
             raise ValueError(f"watchdog load_tolerance_frac must be > 0, got {self.load_tolerance_frac}")
         if self.settle_grace_s < 0:
             raise ValueError(f"watchdog settle_grace_s must be >= 0, got {self.settle_grace_s}")
+        if self.move_dwell_s < 0:
+            raise ValueError(f"watchdog move_dwell_s must be >= 0, got {self.move_dwell_s}")
         if self.max_evidence_windows < self.min_evidence_windows:
             raise ValueError(
                 f"watchdog max_evidence_windows ({self.max_evidence_windows}) must be >= min_evidence_windows "
@@ -289,6 +296,7 @@ class SloWatchdog:
         self._hold_attainment: list[float] = []  # the fallback's windows in the current hold
         self._primary_pools: dict[str, PoolTargets] = {}  # what the primary last asked for
         self._settling_since_s: float | None = None  # when its pools were first seen not yet running
+        self._settled_since_s: float | None = None  # when they were first seen running after that
 
     @property
     def policy_id(self) -> str:
@@ -366,7 +374,7 @@ class SloWatchdog:
                 if reason:  # say why the primary decides (not "watchdog: …" first, which marks fallback decisions)
                     return replace(decision, reason=f"{decision.reason} [{reason}]" if decision.reason else reason)
                 return decision
-        self._primary_pools, self._settling_since_s = {}, None
+        self._primary_pools, self._settling_since_s, self._settled_since_s = {}, None, None
         return self._fallback_action(observation, context, reason)
 
     def _judge(
@@ -427,22 +435,33 @@ class SloWatchdog:
         return decision if same_pools and decision.thresholds == fallback.thresholds else None
 
     def _settling(self, observation: Observation, context: PolicyContext) -> bool:
-        """Whether the pools the primary asked for are still being brought up, within ``settle_grace_s``.
+        """Whether this window is one of the primary's pool move, so not judged.
 
+        It is while the pools the primary asked for are still being brought up, within ``settle_grace_s``, and
+        for ``move_dwell_s`` after they settled, within ``settle_grace_s + move_dwell_s`` of the move's start.
         Brought up: in every group the primary asked pools for, no instance starting or switching and the sizes
         asked for running. The grace runs from the first window found not yet settled; once it is spent, windows
         are judged again until the pools settle (which restarts it).
         """
-        grace_s = self.params.settle_grace_s
-        moving = grace_s > 0 and not all(
+        p = self.params
+        moving = p.settle_grace_s > 0 and not all(
             pools_running(observation.window, context, group, target) for group, target in self._primary_pools.items()
         )
-        if not moving:
-            self._settling_since_s = None
-            return False
+        now_s = context.now_s
+        if moving:
+            self._settled_since_s = None
+            if self._settling_since_s is None:
+                self._settling_since_s = now_s
+            return now_s - self._settling_since_s < p.settle_grace_s
         if self._settling_since_s is None:
-            self._settling_since_s = context.now_s
-        return context.now_s - self._settling_since_s < grace_s
+            return False
+        if self._settled_since_s is None:
+            self._settled_since_s = now_s
+        dwelling = now_s - self._settled_since_s < p.move_dwell_s
+        if dwelling and now_s - self._settling_since_s < p.settle_grace_s + p.move_dwell_s:
+            return True
+        self._settling_since_s = self._settled_since_s = None
+        return False
 
     def _primary_raised(self, exc: Exception) -> str:
         """Trip at once on a primary's exception (no streak needed); the fallback's reason for this decision."""

@@ -274,7 +274,14 @@ async def test_parity_tick_with_an_override_active(tmp_path: Path) -> None:
 
 
 async def test_parity_tick_under_the_slo_watchdog(tmp_path: Path) -> None:
-    watchdog = {"fallback": "policy_file", "min_attainment_frac": 0.99, "trigger_intervals": 2, "hold_intervals": 3}
+    # No dwell after the throughput planner's moves, so that its windows are judged within this short run.
+    watchdog = {
+        "fallback": "policy_file",
+        "min_attainment_frac": 0.99,
+        "trigger_intervals": 2,
+        "hold_intervals": 3,
+        "move_dwell_s": 0.0,
+    }
     run = await run_both(Case("baseline:dynamo-throughput", THROUGHPUT_PLANNER, watchdog=watchdog), tmp_path)
     seen = assert_same(run)
     assert seen["fallback_ticks"] >= 3

@@ -95,8 +95,8 @@ TENANTS = (
 BASE = {t.name: RoutingThresholds(min_remote_input_tokens=1024) for t in TENANTS}
 
 
-def _context(pools: dict[str, PoolTargets], tenants: tuple[Tenant, ...] = TENANTS) -> PolicyContext:
-    return PolicyContext(tenants=tenants, groups=GROUPS, current_pools=pools, current_thresholds=BASE)
+def _context(pools: dict[str, PoolTargets], tenants: tuple[Tenant, ...] = TENANTS, now_s: float = 0.0) -> PolicyContext:
+    return PolicyContext(tenants=tenants, groups=GROUPS, current_pools=pools, current_thresholds=BASE, now_s=now_s)
 
 
 def _decide(
@@ -104,8 +104,9 @@ def _decide(
     pools: dict[str, PoolTargets],
     tenants: tuple[Tenant, ...] = TENANTS,
     rate_rps: float | None = 2.0,
+    now_s: float = 0.0,
 ) -> ControlAction:
-    context = _context(pools, tenants)
+    context = _context(pools, tenants, now_s)
     groups = {g: GroupWindow(num_prefill=p.num_prefill, num_decode=p.num_decode) for g, p in pools.items()}
     tw = {t.name: TenantWindow(request_rate_rps=rate_rps) for t in tenants}
     window = MetricWindow(end_s=10.0, window_s=10.0, tenants=tw, groups=groups)
@@ -278,6 +279,37 @@ def test_with_settle_before_judging_the_patience_waits_for_the_pools_asked_for()
     assert settling.chosen_rules()["hot"] == "aggregated"
     _decide(settling, settled)
     assert settling.chosen_rules()["hot"] == "dynamo-legacy"  # judged once settled: the patience runs again
+
+
+def test_after_a_move_the_patience_waits_for_the_dwell_and_only_after_a_move() -> None:
+    def selector(**manifest: object) -> RuleSelector:
+        return RuleSelector(_manifest(**manifest), SelectorNetwork.from_tensors(_tensors(), len(RULES)), source="t")
+
+    start = {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)}
+    moving = {"hot": PoolTargets(1, 7), "cool": PoolTargets(1, 7)}
+    settled = {"hot": PoolTargets(0, 8), "cool": PoolTargets(1, 7)}
+    dwelling = selector(settle_before_judging=True, move_dwell_s=60.0)
+    for t in (0.0, 10.0):  # no move yet: judged at once, as without a dwell
+        _decide(dwelling, start, now_s=t)
+    assert dwelling.chosen_rules()["hot"] == "aggregated"
+    _decide(dwelling, moving, now_s=20.0)
+    for t in (30.0, 40.0, 50.0, 60.0, 70.0, 80.0):  # settled at 30 s: its windows do not count until 90 s
+        _decide(dwelling, settled, now_s=t)
+        assert dwelling.chosen_rules()["hot"] == "aggregated"
+    _decide(dwelling, settled, now_s=90.0)
+    assert dwelling.chosen_rules()["hot"] == "aggregated"  # the first counted window
+    _decide(dwelling, settled, now_s=100.0)
+    assert dwelling.chosen_rules()["hot"] == "dynamo-legacy"  # the patience ran once the dwell was over
+    # without a dwell the same windows count from the first settled one
+    plain = selector(settle_before_judging=True)
+    for t, pools in ((0.0, start), (10.0, start), (20.0, moving), (30.0, settled), (40.0, settled)):
+        _decide(plain, pools, now_s=t)
+    assert plain.chosen_rules()["hot"] == "dynamo-legacy"
+
+
+def test_a_dwell_without_settling_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="move_dwell_s needs settle_before_judging"):
+        _manifest(move_dwell_s=60.0)
 
 
 def test_with_routing_following_pools_a_new_rule_routes_once_its_pools_run() -> None:

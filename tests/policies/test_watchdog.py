@@ -80,8 +80,9 @@ def run(wd: SloWatchdog, primary: float, fallback: float, ticks: int, **kwargs: 
 
 def watchdog(**params: float) -> SloWatchdog:
     """A watchdog over :class:`AllPrefill`; these tests keep its pools from running, so unless a test sets
-    ``settle_grace_s`` every window is judged (the grace has tests of its own)."""
-    params = {"settle_grace_s": 0.0, **params}
+    ``settle_grace_s`` every window is judged (the grace has tests of its own), and no window after a settled move
+    is skipped unless a test sets ``move_dwell_s``."""
+    params = {"settle_grace_s": 0.0, "move_dwell_s": 0.0, **params}
     return SloWatchdog(AllPrefill(), FilePolicy(RESOLVED, "file:base"), WatchdogParams(**params))  # type: ignore[arg-type]
 
 
@@ -308,6 +309,32 @@ def test_windows_are_not_judged_while_the_primarys_pools_are_still_coming_up_wit
     assert wd.state.failing_streak == 1
     step(wd, 0.1, PoolTargets(3, 1), now_s=75.0)
     assert wd.state.tripped
+
+
+def test_after_a_settled_move_its_windows_are_not_judged_for_the_dwell_and_never_beyond_grace_plus_dwell() -> None:
+    wd = watchdog(trigger_intervals=2, settle_grace_s=60.0, move_dwell_s=30.0)
+    step(wd, 0.1, now_s=0.0)  # the first window
+    pattern = []
+    for now_s, pools in ((15.0, DEPLOYED), (30.0, DEPLOYED), (45.0, PoolTargets(3, 1)), (60.0, PoolTargets(3, 1))):
+        step(wd, 0.1, pools, now_s=now_s)
+        pattern.append("s" if wd.state.settling else "P")
+    # 15-30 s: the move (the deployed split still runs); 45 s: settled, the dwell starts; 60 s: within it
+    assert "".join(pattern) == "ssss"
+    assert wd.state.failing_streak == 0
+    step(wd, 0.1, PoolTargets(3, 1), now_s=75.0)  # the dwell is over: judged, failing
+    assert not wd.state.settling
+    assert wd.state.failing_streak == 1
+    step(wd, 0.1, PoolTargets(3, 1), now_s=90.0)
+    assert wd.state.tripped
+    # A move that overran its grace gets no dwell: unjudged for at most grace + dwell from its first window.
+    slow = watchdog(trigger_intervals=5, settle_grace_s=60.0, move_dwell_s=30.0)
+    step(slow, 0.1, now_s=0.0)
+    marks = []
+    for tick in range(1, 8):  # the move runs from 15 s to 90 s, the pools run from 105 s
+        step(slow, 0.1, PoolTargets(3, 1) if tick >= 7 else DEPLOYED, now_s=15.0 * tick)
+        marks.append("s" if slow.state.settling else "P")
+    # 15-60 s: the grace; 75-90 s: judged (the grace is spent); 105 s: settled, 90 s after the move's first window
+    assert "".join(marks) == "ssssPPP"
 
 
 def test_a_primary_whose_pools_never_come_up_is_judged_once_the_grace_is_spent() -> None:
