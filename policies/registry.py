@@ -92,8 +92,8 @@ baseline's parameters (keyword arguments of its parameter dataclass)."""
 
 WATCHDOG_FALLBACK = "baseline:dynamo-legacy"
 
-DEFAULT_LEARNED_ARTIFACT = Path(__file__).resolve().parents[1] / "experiments/results/learned/selector-transfer-policy"
-"""The shipped default learned policy: the rule selector of ``experiments/selector-transfer.yaml`` (in a source
+DEFAULT_LEARNED_ARTIFACT = Path(__file__).resolve().parents[1] / "experiments/results/learned/selector-dwell-policy"
+"""The shipped default learned policy: the rule selector of ``experiments/selector-dwell.yaml`` (in a source
 checkout; see experiments/results/families/README-learned.md)."""
 
 DEFAULT_LEARNED_SPEC = f"watchdog[{WATCHDOG_FALLBACK}]:learned:{DEFAULT_LEARNED_ARTIFACT}"
