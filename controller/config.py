@@ -183,7 +183,7 @@ class WatchdogConfig(_Strict):
         600.0, description="windows are not judged while the primary's pool move is under way, for up to this long"
     )
     move_dwell_s: Annotated[float, Field(ge=0)] = Field(
-        300.0, description="nor for this long after the move has settled (its backlog still shows; 0 = judge at once)"
+        300.0, description="nor after it settled, as long as it took, at most this long (its backlog shows; 0 = never)"
     )
 
     @model_validator(mode="after")

@@ -142,10 +142,11 @@ class SelectorManifest(BaseModel):
     not on the minutes its pool move takes; judged in between, it is judged on states it was never scored on."""
     move_dwell_s: float = Field(default=0.0, ge=0.0)
     """With ``settle_before_judging``: after a pool move of a group has settled, count its patience only once the
-    moved pools have run this long (0 = from the first settled window). The windows right after a move still carry
-    the backlog the move built up; judged on them, a rule that took ten minutes to bring up is left again at once
-    (traced on a validation scenario: aggregated reached after 600 s, isl-bounding chosen back 30 s later, the move
-    undone over the next 600 s). Only after a move: a group's first windows are judged at once."""
+    moved pools have run as long as the move took, at most this long (0 = from the first settled window). The
+    windows right after a move still carry the backlog the move built up, and a backlog built over a long move takes
+    long to clear; judged on them, a rule that took ten minutes to bring up is left again at once (traced on a
+    validation scenario: aggregated reached after 600 s, isl-bounding chosen back 30 s later, the move undone over
+    the next 600 s). Only after a move: a group's first windows are judged at once."""
     routing_follows_pools: bool = False
     """When a group changes to a rule that asks for other pools, keep routing it by the rule before until those
     pools run (no instance pending, the sizes asked for running): a pool move takes minutes, and the new rule's
@@ -304,8 +305,8 @@ class _GroupState:
     streak: int = 0
     routing: int = 0
     """The rule whose thresholds act (``rule`` unless ``routing_follows_pools`` holds the previous one)."""
-    moved: bool = False
-    """Its pools were seen not settled since the last settled window (a move under way or just done)."""
+    moving_since_s: float | None = None
+    """When its pools were first seen not settled (``None``: no move under way or just done)."""
     settled_since_s: float | None = None
     """When its pools were first seen settled after a move (``None``: no move since, or not settled now)."""
 
@@ -435,18 +436,22 @@ class RuleSelector:
         """Whether this window counts for ``group``'s patience.
 
         It counts when the group's pools are settled (no instance pending, the pools last asked for running;
-        ``settle_before_judging``) and, after a move, have run for ``move_dwell_s``.
+        ``settle_before_judging``) and, after a move, have run as long as the move took, at most ``move_dwell_s``.
         """
+        now_s = context.now_s
         if not pools_running(observation.window, context, group, self._asked.get(group)):
-            state.moved, state.settled_since_s = True, None
+            if state.moving_since_s is None:
+                state.moving_since_s = now_s
+            state.settled_since_s = None
             return False
-        if not state.moved:
+        if state.moving_since_s is None:
             return True
         if state.settled_since_s is None:
-            state.settled_since_s = context.now_s
-        if context.now_s - state.settled_since_s < self.manifest.move_dwell_s:
+            state.settled_since_s = now_s
+        dwell_s = min(self.manifest.move_dwell_s, state.settled_since_s - state.moving_since_s)
+        if now_s - state.settled_since_s < dwell_s:
             return False
-        state.moved, state.settled_since_s = False, None
+        state.moving_since_s = state.settled_since_s = None
         return True
 
     def _advance(self, state: _GroupState, best: int) -> int:

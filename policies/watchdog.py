@@ -113,10 +113,10 @@ class WatchdogParams:
             the group is failing; judged on the minutes the move takes, it would be handed over mid-move, and the
             fallback's restore would undo the move and start another. Such a window also ends the failing streak:
             the pools judged after it are not the ones that failed before it.
-        move_dwell_s: after such a move has settled, its windows are not judged for this long either (default 300):
-            they still carry the backlog the move built up, and a rule that took minutes to bring up would be
-            handed over on it. Moving and dwelling together stay unjudged for at most ``settle_grace_s +
-            move_dwell_s`` in a row, so a primary that keeps moving is still judged.
+        move_dwell_s: after such a move has settled, its windows are not judged for as long as the move took,
+            at most this long (default 300): they still carry the backlog the move built up, and a rule that took
+            minutes to bring up would be handed over on it. Moving and dwelling together stay unjudged for at most
+            ``settle_grace_s + move_dwell_s`` in a row, so a primary that keeps moving is still judged.
     """
 
     min_attainment_frac: float = 0.5
@@ -438,7 +438,8 @@ class SloWatchdog:
         """Whether this window is one of the primary's pool move, so not judged.
 
         It is while the pools the primary asked for are still being brought up, within ``settle_grace_s``, and
-        for ``move_dwell_s`` after they settled, within ``settle_grace_s + move_dwell_s`` of the move's start.
+        after they settled for as long as the move took, at most ``move_dwell_s`` and within ``settle_grace_s +
+        move_dwell_s`` of the move's start.
         Brought up: in every group the primary asked pools for, no instance starting or switching and the sizes
         asked for running. The grace runs from the first window found not yet settled; once it is spent, windows
         are judged again until the pools settle (which restarts it).
@@ -457,7 +458,8 @@ class SloWatchdog:
             return False
         if self._settled_since_s is None:
             self._settled_since_s = now_s
-        dwelling = now_s - self._settled_since_s < p.move_dwell_s
+        dwell_s = min(p.move_dwell_s, self._settled_since_s - self._settling_since_s)
+        dwelling = now_s - self._settled_since_s < dwell_s
         if dwelling and now_s - self._settling_since_s < p.settle_grace_s + p.move_dwell_s:
             return True
         self._settling_since_s = self._settled_since_s = None

@@ -281,30 +281,37 @@ def test_with_settle_before_judging_the_patience_waits_for_the_pools_asked_for()
     assert settling.chosen_rules()["hot"] == "dynamo-legacy"  # judged once settled: the patience runs again
 
 
-def test_after_a_move_the_patience_waits_for_the_dwell_and_only_after_a_move() -> None:
+def test_after_a_move_the_patience_waits_as_long_as_the_move_took_at_most_the_dwell() -> None:
     def selector(**manifest: object) -> RuleSelector:
         return RuleSelector(_manifest(**manifest), SelectorNetwork.from_tensors(_tensors(), len(RULES)), source="t")
 
     start = {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)}
     moving = {"hot": PoolTargets(1, 7), "cool": PoolTargets(1, 7)}
     settled = {"hot": PoolTargets(0, 8), "cool": PoolTargets(1, 7)}
-    dwelling = selector(settle_before_judging=True, move_dwell_s=60.0)
-    for t in (0.0, 10.0):  # no move yet: judged at once, as without a dwell
-        _decide(dwelling, start, now_s=t)
-    assert dwelling.chosen_rules()["hot"] == "aggregated"
-    _decide(dwelling, moving, now_s=20.0)
-    for t in (30.0, 40.0, 50.0, 60.0, 70.0, 80.0):  # settled at 30 s: its windows do not count until 90 s
-        _decide(dwelling, settled, now_s=t)
+
+    def after_move(move_s: float, dwell_s: float) -> list[str]:
+        """The rule each settled window leaves the group under, after a move of ``move_s`` (10-s windows)."""
+        dwelling = selector(settle_before_judging=True, move_dwell_s=dwell_s)
+        for t in (0.0, 10.0):  # no move yet: judged at once, as without a dwell
+            _decide(dwelling, start, now_s=t)
         assert dwelling.chosen_rules()["hot"] == "aggregated"
-    _decide(dwelling, settled, now_s=90.0)
-    assert dwelling.chosen_rules()["hot"] == "aggregated"  # the first counted window
-    _decide(dwelling, settled, now_s=100.0)
-    assert dwelling.chosen_rules()["hot"] == "dynamo-legacy"  # the patience ran once the dwell was over
-    # without a dwell the same windows count from the first settled one
-    plain = selector(settle_before_judging=True)
-    for t, pools in ((0.0, start), (10.0, start), (20.0, moving), (30.0, settled), (40.0, settled)):
-        _decide(plain, pools, now_s=t)
-    assert plain.chosen_rules()["hot"] == "dynamo-legacy"
+        t = 20.0
+        while t < 20.0 + move_s:
+            _decide(dwelling, moving, now_s=t)
+            t += 10.0
+        rules = []
+        for _ in range(10):
+            _decide(dwelling, settled, now_s=t)  # legacy scores best here: two counted windows switch to it
+            rules.append(dwelling.chosen_rules()["hot"][:3])
+            t += 10.0
+        return rules
+
+    # a 70-s move with a 60-s cap: six settled windows do not count, then the patience runs (two windows)
+    assert after_move(70.0, 60.0) == ["agg"] * 7 + ["dyn"] * 3
+    # a 10-s move: one settled window does not count
+    assert after_move(10.0, 60.0) == ["agg"] * 2 + ["dyn"] * 8
+    # no dwell: the first settled windows count
+    assert after_move(70.0, 0.0) == ["agg"] + ["dyn"] * 9
 
 
 def test_a_dwell_without_settling_is_refused_naming_the_field() -> None:

@@ -311,7 +311,7 @@ def test_windows_are_not_judged_while_the_primarys_pools_are_still_coming_up_wit
     assert wd.state.tripped
 
 
-def test_after_a_settled_move_its_windows_are_not_judged_for_the_dwell_and_never_beyond_grace_plus_dwell() -> None:
+def test_after_a_settled_move_its_windows_are_not_judged_as_long_as_it_took_within_the_dwell_and_grace() -> None:
     wd = watchdog(trigger_intervals=2, settle_grace_s=60.0, move_dwell_s=30.0)
     step(wd, 0.1, now_s=0.0)  # the first window
     pattern = []
@@ -326,6 +326,15 @@ def test_after_a_settled_move_its_windows_are_not_judged_for_the_dwell_and_never
     assert wd.state.failing_streak == 1
     step(wd, 0.1, PoolTargets(3, 1), now_s=90.0)
     assert wd.state.tripped
+    # A short move gets a short dwell: as long as it took (15 s), not the whole 30 s.
+    short = watchdog(trigger_intervals=2, settle_grace_s=60.0, move_dwell_s=30.0)
+    step(short, 0.1, now_s=0.0)
+    step(short, 0.1, DEPLOYED, now_s=15.0)  # the move
+    step(short, 0.1, PoolTargets(3, 1), now_s=30.0)  # settled after 15 s: dwelling
+    assert short.state.settling
+    step(short, 0.1, PoolTargets(3, 1), now_s=45.0)  # judged
+    assert not short.state.settling
+    assert short.state.failing_streak == 1
     # A move that overran its grace gets no dwell: unjudged for at most grace + dwell from its first window.
     slow = watchdog(trigger_intervals=5, settle_grace_s=60.0, move_dwell_s=30.0)
     step(slow, 0.1, now_s=0.0)
