@@ -124,6 +124,11 @@ def run_phase(
     load_json = directory / "load.json"
     override_dir = directory / "overrides"
     override_dir.mkdir(exist_ok=True)
+    # The router and the controller append to their logs, and the controller reads the override folder: what an
+    # earlier run left in this folder would be counted in this run's report, or override its policy.
+    for stale in (request_log, audit_log, *override_dir.iterdir()):
+        if stale.is_file():
+            stale.unlink()
     children = ProcessSet()
     logs: dict[str, Path] = {}
 

@@ -60,6 +60,12 @@ def _kill_leftovers(out: Path) -> None:
 def test_short_demo_runs_both_phases_reports_and_leaves_no_process(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     assert processes_mentioning(str(out)) == {}
+    stale = '{"left by": "an earlier run"}\n'
+    for phase in ("static", "controlled"):  # an earlier run's logs in the same folder are not this run's
+        (out / phase / "overrides").mkdir(parents=True)
+        (out / phase / "controller-audit.jsonl").write_text(stale)
+        (out / phase / "router-requests.jsonl").write_text(stale)
+    (out / "controlled" / "overrides" / "old.yaml").write_text("not: an override of this run\n")
     proc = _demo(out, "--duration", "30", "--time-scale", "0.5", "--scraper")
     try:
         stdout, _ = proc.communicate(timeout=300)
@@ -93,6 +99,10 @@ def test_short_demo_runs_both_phases_reports_and_leaves_no_process(tmp_path: Pat
     timeline = json.loads((out / "static" / "timeline.json").read_text())
     assert {(p["num_prefill"], p["num_decode"]) for p in timeline} == {(2, 6)}
     assert (out / "static" / "controller-audit.jsonl").stat().st_size > 0
+    for phase in ("static", "controlled"):
+        assert stale not in (out / phase / "controller-audit.jsonl").read_text()
+        assert stale not in (out / phase / "router-requests.jsonl").read_text()
+    assert not (out / "controlled" / "overrides" / "old.yaml").exists()
 
 
 def test_sigint_stops_every_process_the_demo_started(tmp_path: Path) -> None:
