@@ -15,7 +15,10 @@ over the tenants whose rate and attainment are known (no known tenant: no verdic
 * the fallback's estimated attainment at this window's load, less ``fallback_margin_frac``, once there is
   evidence: at least ``min_evidence_windows`` windows the fallback decided at an offered load per instance within
   ``load_tolerance_frac`` of this one (:mod:`policies.fallback_evidence` explains the estimate and its limits).
-  A primary that is poor where the fallback was as poor is not failing: handing over would not help;
+  A primary that is poor where the fallback was as poor is not failing: handing over would not help. Nor is any
+  window while that bar is below the margin itself (the fallback met under twice the margin there): near zero, a
+  few hundredths apart is noise, not a better fallback (traced on validation default-10032, 1 + 1 instances far
+  past capacity: it tripped at 0.00 against the fallback's 0.06; without that trip, 0.51 → 0.54 the best rule);
 * otherwise the fallback's windows at this load **or lighter**, less the margin, when that is below the floor
   (attainment does not rise with load: a primary doing as well as the fallback did under less load is not
   failing);
@@ -228,8 +231,12 @@ class Verdict:
 def judge(attainment_frac: float, estimate: FallbackEstimate | None, params: WatchdogParams) -> Verdict:
     """Judge one window: against the fallback's estimate when there is one, else against the absolute floor."""
     floor = params.min_attainment_frac
-    bar = floor if estimate is None else estimate.attainment_frac - params.fallback_margin_frac
-    return Verdict(attainment_frac < bar, bar, estimate)
+    if estimate is None:
+        return Verdict(attainment_frac < floor, floor, None)
+    bar = estimate.attainment_frac - params.fallback_margin_frac
+    # a fallback that met under twice the margin at this load fails as the primary does: no better to hand over to
+    # (see the module docstring, "The bar")
+    return Verdict(attainment_frac < bar and bar >= params.fallback_margin_frac, bar, estimate)
 
 
 @dataclass(frozen=True, slots=True)

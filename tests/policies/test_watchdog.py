@@ -10,11 +10,12 @@ import pytest
 
 from policies.base import Policy, PolicyContext
 from policies.baselines import make_baseline
+from policies.fallback_evidence import FallbackEstimate
 from policies.features import Observation, build_observation
 from policies.policy_file import load_policy_text, resolve_policy
 from policies.rules import FilePolicy
 from policies.schema import ControlAction, GroupWindow, MetricWindow, PoolTargets, TenantGroup, TenantWindow
-from policies.watchdog import BudgetSplit, SloWatchdog, WatchdogParams, weighted_attainment
+from policies.watchdog import BudgetSplit, SloWatchdog, WatchdogParams, judge, weighted_attainment
 
 POLICY = """
 pd_disaggregation_policy:
@@ -84,6 +85,20 @@ def watchdog(**params: float) -> SloWatchdog:
     is skipped unless a test sets ``move_dwell_s``."""
     params = {"settle_grace_s": 0.0, "move_dwell_s": 0.0, **params}
     return SloWatchdog(AllPrefill(), FilePolicy(RESOLVED, "file:base"), WatchdogParams(**params))  # type: ignore[arg-type]
+
+
+def test_a_bar_below_the_margin_fails_no_window() -> None:
+    """Against a fallback that met 6 % at this load, a primary at 0 % is not clearly worse: near zero, noise."""
+    params = WatchdogParams(fallback_margin_frac=0.05)
+    poor = FallbackEstimate(attainment_frac=0.06, num_windows=6, load_rps_per_instance=3.2)
+    verdict = judge(0.0, poor, params)
+    assert verdict.bar_frac == pytest.approx(0.01)
+    assert not verdict.failing
+    fair = FallbackEstimate(attainment_frac=0.5, num_windows=6, load_rps_per_instance=3.2)
+    assert judge(0.3, fair, params).failing  # clearly worse than a fallback that does meet objectives
+    assert not judge(0.46, fair, params).failing  # within the margin
+    assert judge(0.09, FallbackEstimate(0.15, 3, 3.2), params).failing  # a bar of 0.10, twice the margin: judged
+    assert judge(0.3, None, params).failing  # no evidence: the absolute floor, 0.5
 
 
 def test_the_primary_decides_while_objectives_are_met() -> None:
