@@ -18,6 +18,9 @@ chooses, a group is run by one of the rules a platform team already trusts, neve
 * **Pools.** A rule that sizes pools (``aggregated``) sets them; under a rule that holds pools as deployed, the
   group returns to the split the selector found at its first decision, relative to the budget
   (:class:`policies.watchdog.BudgetSplit`), so leaving ``aggregated`` restores the deployed prefill pool.
+* **A move is judged once it has settled.** With ``settle_before_judging`` the patience counts only windows in
+  which the pools the selector asked for run, and with ``move_dwell_s`` only once they have run as long as the move
+  took (at most that long): the first windows after a move still carry the backlog it built up.
 * **No evidence, no vote.** A window in which no tenant of a group has a known request rate (a controller's
   first ticks, a scrape gap) neither advances nor resets that group's patience: the group keeps its rule. On the
   live demo's first three 2-s ticks every value was unknown, and a selector that voted on them switched the group
