@@ -27,6 +27,7 @@ from policies.schema import MetricWindow, PoolTargets, TenantGroup
 __all__ = [
     "Clamp",
     "ClampReason",
+    "MoveClock",
     "PoolClamp",
     "group_data_complete",
     "pools_running",
@@ -79,6 +80,37 @@ def pools_running(window: MetricWindow, context: PolicyContext, group: str, targ
     if group_window is not None and group_window.pending_prefill + group_window.pending_decode > 0:
         return False
     return target is None or target == context.current_pools.get(group)
+
+
+@dataclass(slots=True)
+class MoveClock:
+    """When a pool move was first seen under way, and when it was first seen settled after that.
+
+    Shared by the rule selector and the SLO watchdog, which both leave a move's windows unjudged, and its first
+    settled windows too for as long as the move took (they still carry the backlog it built up).
+    """
+
+    moving_since_s: float | None = None
+    settled_since_s: float | None = None
+
+    def observe(self, moving: bool, now_s: float) -> None:
+        """Record this window: a move under way (``moving``), or pools running as asked."""
+        if moving:
+            self.settled_since_s = None
+            if self.moving_since_s is None:
+                self.moving_since_s = now_s
+        elif self.moving_since_s is not None and self.settled_since_s is None:
+            self.settled_since_s = now_s
+
+    def dwelling(self, now_s: float, max_dwell_s: float) -> bool:
+        """Whether the move settled less than its own duration, at most ``max_dwell_s``, before ``now_s``."""
+        if self.moving_since_s is None or self.settled_since_s is None:
+            return False
+        return now_s - self.settled_since_s < min(max_dwell_s, self.settled_since_s - self.moving_since_s)
+
+    def reset(self) -> None:
+        """Forget the move (judged again from now on)."""
+        self.moving_since_s = self.settled_since_s = None
 
 
 def group_data_complete(window: MetricWindow, context: PolicyContext, group: str) -> bool:

@@ -55,7 +55,7 @@ from policies.learned import (
     read_manifest,
     read_weights,
 )
-from policies.pool_clamp import pools_running
+from policies.pool_clamp import MoveClock, pools_running
 from policies.schema import SCHEMA_VERSION, ControlAction, PoolTargets, RoutingThresholds
 from policies.set_features import (
     SET_GROUP_FEATURES,
@@ -308,10 +308,8 @@ class _GroupState:
     streak: int = 0
     routing: int = 0
     """The rule whose thresholds act (``rule`` unless ``routing_follows_pools`` holds the previous one)."""
-    moving_since_s: float | None = None
-    """When its pools were first seen not settled (``None``: no move under way or just done)."""
-    settled_since_s: float | None = None
-    """When its pools were first seen settled after a move (``None``: no move since, or not settled now)."""
+    move: MoveClock = field(default_factory=MoveClock)
+    """Its last pool move (``settle_before_judging``, ``move_dwell_s``)."""
 
 
 @dataclass
@@ -441,20 +439,11 @@ class RuleSelector:
         It counts when the group's pools are settled (no instance pending, the pools last asked for running;
         ``settle_before_judging``) and, after a move, have run as long as the move took, at most ``move_dwell_s``.
         """
-        now_s = context.now_s
-        if not pools_running(observation.window, context, group, self._asked.get(group)):
-            if state.moving_since_s is None:
-                state.moving_since_s = now_s
-            state.settled_since_s = None
+        moving = not pools_running(observation.window, context, group, self._asked.get(group))
+        state.move.observe(moving, context.now_s)
+        if moving or state.move.dwelling(context.now_s, self.manifest.move_dwell_s):
             return False
-        if state.moving_since_s is None:
-            return True
-        if state.settled_since_s is None:
-            state.settled_since_s = now_s
-        dwell_s = min(self.manifest.move_dwell_s, state.settled_since_s - state.moving_since_s)
-        if now_s - state.settled_since_s < dwell_s:
-            return False
-        state.moving_since_s = state.settled_since_s = None
+        state.move.reset()
         return True
 
     def _advance(self, state: _GroupState, best: int) -> int:

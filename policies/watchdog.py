@@ -68,7 +68,7 @@ from dataclasses import dataclass, replace
 from policies.base import Policy, PolicyContext
 from policies.fallback_evidence import FallbackEstimate, FallbackRecord, offered_load_rps_per_instance
 from policies.features import Observation
-from policies.pool_clamp import pools_running
+from policies.pool_clamp import MoveClock, pools_running
 from policies.schema import ControlAction, PoolTargets, TenantGroup
 from policies.scoring import pooled_attainment_frac
 
@@ -302,8 +302,7 @@ class SloWatchdog:
         self._tripped_at_frac: float | None = None  # their mean when the watchdog last tripped
         self._hold_attainment: list[float] = []  # the fallback's windows in the current hold
         self._primary_pools: dict[str, PoolTargets] = {}  # what the primary last asked for
-        self._settling_since_s: float | None = None  # when its pools were first seen not yet running
-        self._settled_since_s: float | None = None  # when they were first seen running after that
+        self._move = MoveClock()  # the primary's pool move under way or just settled
 
     @property
     def policy_id(self) -> str:
@@ -381,7 +380,8 @@ class SloWatchdog:
                 if reason:  # say why the primary decides (not "watchdog: …" first, which marks fallback decisions)
                     return replace(decision, reason=f"{decision.reason} [{reason}]" if decision.reason else reason)
                 return decision
-        self._primary_pools, self._settling_since_s, self._settled_since_s = {}, None, None
+        self._primary_pools = {}
+        self._move.reset()
         return self._fallback_action(observation, context, reason)
 
     def _judge(
@@ -456,20 +456,16 @@ class SloWatchdog:
             pools_running(observation.window, context, group, target) for group, target in self._primary_pools.items()
         )
         now_s = context.now_s
-        if moving:
-            self._settled_since_s = None
-            if self._settling_since_s is None:
-                self._settling_since_s = now_s
-            return now_s - self._settling_since_s < p.settle_grace_s
-        if self._settling_since_s is None:
+        move = self._move
+        move.observe(moving, now_s)
+        if move.moving_since_s is None:
             return False
-        if self._settled_since_s is None:
-            self._settled_since_s = now_s
-        dwell_s = min(p.move_dwell_s, self._settled_since_s - self._settling_since_s)
-        dwelling = now_s - self._settled_since_s < dwell_s
-        if dwelling and now_s - self._settling_since_s < p.settle_grace_s + p.move_dwell_s:
+        since_s = now_s - move.moving_since_s
+        if moving:
+            return since_s < p.settle_grace_s
+        if move.dwelling(now_s, p.move_dwell_s) and since_s < p.settle_grace_s + p.move_dwell_s:
             return True
-        self._settling_since_s = self._settled_since_s = None
+        move.reset()
         return False
 
     def _primary_raised(self, exc: Exception) -> str:
