@@ -23,6 +23,7 @@ server.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -43,7 +44,7 @@ from agents.gate import (
     policy_spec_for,
     utc_now,
 )
-from policies.data_dir import embedded_tracking_db
+from policies.data_dir import TRACKING_URI_ENV, embedded_tracking_db
 from policies.data_dir import tracking_uri as resolve_tracking_uri
 from policies.policy_file import PolicyFileError, load_policy_file, resolve_policy
 
@@ -54,6 +55,7 @@ __all__ = [
     "default_tracking_uri",
     "ensure_experiment",
     "evaluate_version",
+    "fluent_tracking_uri",
     "list_policies",
     "log_evidence",
     "promote",
@@ -102,13 +104,34 @@ def default_tracking_uri(tracking_uri: str | None = None) -> str:
     return uri
 
 
-def _client(tracking_uri: str | None):  # type: ignore[no-untyped-def]
+@contextmanager
+def fluent_tracking_uri(uri: str) -> Iterator[None]:
+    """MLflow's fluent API (``mlflow.start_run``, ``mlflow.log_*``) writes to ``uri`` inside this block only.
+
+    ``mlflow.set_tracking_uri`` also writes ``MLFLOW_TRACKING_URI`` into ``os.environ`` (so that subprocesses
+    inherit it) and never takes it back; a long-lived process (the test run, a notebook) then hands a stale URI to
+    every subprocess it starts later. On exit both MLflow's global and that variable are put back as they were.
+    """
     import mlflow
+    from mlflow.tracking._tracking_service import utils as tracking_utils
+
+    env_before = os.environ.get(TRACKING_URI_ENV)
+    global_before = getattr(tracking_utils, "_tracking_uri", None)  # None: never set, MLflow resolves per call
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(global_before)
+        if env_before is None:
+            os.environ.pop(TRACKING_URI_ENV, None)
+        else:
+            os.environ[TRACKING_URI_ENV] = env_before
+
+
+def _client(tracking_uri: str | None):  # type: ignore[no-untyped-def]
     from mlflow import MlflowClient
 
-    uri = default_tracking_uri(tracking_uri)
-    mlflow.set_tracking_uri(uri)
-    return MlflowClient(tracking_uri=uri)
+    return MlflowClient(tracking_uri=default_tracking_uri(tracking_uri))
 
 
 def ensure_experiment(client, name: str) -> str:  # type: ignore[no-untyped-def]
@@ -130,9 +153,8 @@ def training_run(name: str, run_label: str, tracking_uri: str | None) -> Iterato
     from mlflow import MlflowClient
 
     uri = default_tracking_uri(tracking_uri)
-    mlflow.set_tracking_uri(uri)
     experiment_id = ensure_experiment(MlflowClient(tracking_uri=uri), f"pdctl-train-{name}")
-    with mlflow.start_run(experiment_id=experiment_id, run_name=run_label) as run:
+    with fluent_tracking_uri(uri), mlflow.start_run(experiment_id=experiment_id, run_name=run_label) as run:
         yield run.info.run_id, uri
 
 
@@ -184,9 +206,12 @@ def register_policy(
     client = _client(tracking_uri)
     try:
         if run_id is None:
-            with mlflow.start_run(
-                experiment_id=ensure_experiment(client, experiment), run_name=f"register-{name}"
-            ) as run:
+            with (
+                fluent_tracking_uri(client.tracking_uri),
+                mlflow.start_run(
+                    experiment_id=ensure_experiment(client, experiment), run_name=f"register-{name}"
+                ) as run,
+            ):
                 mlflow.log_artifacts(str(source), artifact_path="policy")
                 run_id = run.info.run_id
         else:

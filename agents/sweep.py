@@ -287,7 +287,6 @@ def run_sweep(
     if ray_address is not None:
         import_ray()  # fail before any MLflow run exists
 
-    import mlflow
     from mlflow import MlflowClient
 
     assert config.sweep is not None
@@ -299,7 +298,6 @@ def run_sweep(
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     uri = default_tracking_uri(tracking_uri)
-    mlflow.set_tracking_uri(uri)
     client = MlflowClient(tracking_uri=uri)
     experiment_id = ensure_experiment(client, f"pdctl-train-{config.name}")
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
