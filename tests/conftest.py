@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -36,9 +37,14 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root: Path = tmp_path_factory.mktemp("mlflow")
+@contextlib.contextmanager
+def mlflow_server_running(root: Path) -> Iterator[str]:
+    """A real MLflow tracking server on 127.0.0.1 (SQLite backend under ``root``), stopped on exit; yields its URL.
+
+    The test packages that use one start it in a package-scoped ``mlflow_server`` fixture of their own
+    (``tests/agents/conftest.py``, ``tests/controller/conftest.py``), so that it is not left running, with its job
+    workers, behind the live tests that follow: those measure latency in real time on the same cores.
+    """
     port = _free_port()
     log = (root / "server.log").open("w")
     proc = subprocess.Popen(
