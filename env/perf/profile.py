@@ -358,15 +358,16 @@ def load_operator_profile(
     shapes: dict[tuple[int, str], tuple[int, int]] = {}
     small_bytes: list[float] = []
     small_time_s: list[float] = []
+    gemm_path = path / gemm_file
     for row in _read_rows(path, gemm_file):
-        m, time_s = _num(row, "m", path), _num(row, "ms", path) / 1000.0
-        k, n = int(_num(row, "k", path)), int(_num(row, "n", path))
+        m, time_s = _num(row, "m", gemm_path), _num(row, "ms", gemm_path) / 1000.0
+        k, n = int(_num(row, "k", gemm_path)), int(_num(row, "n", gemm_path))
         if m <= MEMORY_BOUND_MAX_TOKENS and time_s > 0:
             small_bytes.append(gemm_bytes(m, k, n))
             small_time_s.append(time_s)
         if row.get("model") != model_key:
             continue
-        key = (int(_num(row, "tp", path)), row.get("op", ""))
+        key = (int(_num(row, "tp", gemm_path)), row.get("op", ""))
         gemm_rows.setdefault(key, []).append((m, time_s))
         shapes[key] = (k, n)
     if not gemm_rows:
@@ -384,18 +385,19 @@ def load_operator_profile(
     }
 
     prefill: dict[int, list[tuple[float, float]]] = {}
+    prefill_path, decode_path = path / "attn_prefill.csv", path / "attn_decode.csv"
     for row in _read_rows(path, "attn_prefill.csv"):
         if row.get("model") == model_key:
-            prefill.setdefault(int(_num(row, "tp", path)), []).append(
-                (_num(row, "seq", path), _num(row, "ms", path) / 1000.0)
+            prefill.setdefault(int(_num(row, "tp", prefill_path)), []).append(
+                (_num(row, "seq", prefill_path), _num(row, "ms", prefill_path) / 1000.0)
             )
     decode: dict[int, list[tuple[float, float, float]]] = {}
     kv_heads: dict[int, int] = {}
     for row in _read_rows(path, "attn_decode.csv"):
         if row.get("model") == model_key:
-            kv_heads[int(_num(row, "tp", path))] = int(_num(row, "kv_heads", path))
-            decode.setdefault(int(_num(row, "tp", path)), []).append(
-                (_num(row, "batch", path), _num(row, "ctx", path), _num(row, "ms", path) / 1000.0)
+            kv_heads[int(_num(row, "tp", decode_path))] = int(_num(row, "kv_heads", decode_path))
+            decode.setdefault(int(_num(row, "tp", decode_path)), []).append(
+                (_num(row, "batch", decode_path), _num(row, "ctx", decode_path), _num(row, "ms", decode_path) / 1000.0)
             )
     if not prefill or not decode:
         raise ProfileError(f"{path}: attention tables have no rows for model {model_key}")

@@ -79,6 +79,20 @@ def test_bad_profile_folder_fails_naming_the_file(tmp_path: Path) -> None:
         load_operator_profile("nonesuch", folder, model_config=_config(tmp_path))
 
 
+@pytest.mark.parametrize("table", ["gemm.csv", "attn_prefill.csv", "attn_decode.csv"])
+def test_a_bad_cell_names_its_file_not_the_folder(tmp_path: Path, table: str) -> None:
+    folder = tmp_path / "gpu"
+    shutil.copytree(profile().source, folder)
+    lines = (folder / table).read_text().splitlines()
+    header = lines[0].split(",")
+    model_column = header.index("model")
+    row = lines[1].split(",")
+    row[header.index("ms")] = "fast"
+    (folder / table).write_text("\n".join([lines[0], ",".join(row), *lines[2:]]) + "\n")
+    with pytest.raises(ProfileError, match=rf"{table}: column 'ms' missing or not a number"):
+        load_operator_profile(row[model_column], folder)
+
+
 def test_measure_tiny_writes_a_folder_that_loads_and_predicts(tmp_path: Path) -> None:
     out = tmp_path / "measured"
     config = _config(tmp_path)
