@@ -194,7 +194,7 @@ class RequestFlow:
         request[RECORD_KEY] = rec  # the route and its reason go out as response headers (router.app)
         tenant_policy = resolved.tenants.get(f.tenant)
         slo = tenant_policy.tenant.slo if tenant_policy is not None else None
-        self.metrics.decisions.labels(f.tenant, rec.route, rec.reason).inc()
+        self.metrics.routed(rec)
         self.metrics.in_flight.inc()
         try:
             response = await self._serve(request, req)

@@ -140,9 +140,16 @@ class RouterMetrics:
             registry=registry,
         )
         self.decisions = Counter(
-            "pdctl_router_decisions", "Route decisions by route and reason.", ("tenant", "route", "reason"),
-            registry=registry,
+            "pdctl_router_decisions", "Route decisions by route and reason, counted as each request arrives.",
+            ("tenant", "route", "reason"), registry=registry,
         )  # fmt: skip
+        self.routed_prompt_tokens = Counter(
+            "pdctl_router_routed_prompt_tokens",
+            "Estimated prompt tokens of the requests routed, counted as each arrives (pdctl_router_prompt_tokens_total "
+            "counts them as they finish).",
+            ("tenant", "route"),
+            registry=registry,
+        )
         self.fallbacks = Counter(
             "pdctl_router_fallbacks",
             "Requests that left their decided path (kind: prefill_error, prefill_timeout, transfer_failed, "
@@ -202,6 +209,11 @@ class RouterMetrics:
             "pdctl_router_policy_generation", "Generation of the routing policy in force.", registry=registry
         )
         self.transfer_healthy.set(1)
+
+    def routed(self, rec: RequestRecord) -> None:
+        """Count a request as it arrives and is routed (the offered load; :meth:`record` counts it as it ends)."""
+        self.decisions.labels(rec.tenant, rec.route, rec.reason).inc()
+        self.routed_prompt_tokens.labels(rec.tenant, rec.route).inc(rec.input_tokens)
 
     def record(self, rec: RequestRecord, slo: Slo | None = None) -> None:
         """Observe a finished request, judging it against ``slo`` (its tenant's objectives; None: no objective)."""

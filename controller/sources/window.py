@@ -30,13 +30,23 @@ ROUTER_METRICS: Mapping[str, str] = {
     "prompt_tokens_per_request": "pdctl_router_request_prompt_tokens",
     "slo_met": "pdctl_router_slo_met_total",
     "prefix_hit_tokens": "pdctl_router_prefix_hit_tokens_total",
+    "decisions": "pdctl_router_decisions_total",
+    "routed_prompt_tokens": "pdctl_router_routed_prompt_tokens_total",
 }
 """Router metrics read per tenant (``router/telemetry.py``): finished requests by ``tenant``, ``route`` and
 ``outcome`` (``ok``/``error``); client TTFT and per-request TPOT histograms (seconds); prompt and output
 tokens of finished requests (counters; means are token sums / request counts); a per-request prompt-length
-histogram (p95 input); requests meeting the tenant's SLO (attainment, goodput); and the prompt tokens the router
-estimated the chosen decode instance held in its prefix cache (prefix-hit fraction). A series absent from the
-source (an older router) leaves its fields unknown."""
+histogram (p95 input); requests meeting the tenant's SLO (attainment, goodput); the prompt tokens the router
+estimated the chosen decode instance held in its prefix cache (prefix-hit fraction); and, counted as requests
+arrive, the route decisions and their prompt tokens.
+
+**Arrivals, not completions, measure the load.** ``request_rate_rps`` is the window's arrivals (route decisions
+plus the requests refused for want of a decode instance), and ``mean_input_tokens`` and ``remote_prefill_frac``
+are over the requests routed in the window, as the simulator measures them (:mod:`env.sim.windows`): a policy
+trained there reads the offered load. Completions lag arrivals under a backlog and stop rising at capacity, so a
+rate of finished requests would read an overloaded deployment as a loaded one. A router without the decision
+series (an older one) is read by its finished requests instead. A series absent from the source leaves its fields
+unknown."""
 
 INSTANCE_METRICS: Mapping[str, str] = {
     "queue_time": "vllm:request_queue_time_seconds",
@@ -70,6 +80,8 @@ class WindowQueries:
             "output_sum": Query("increase", r["output_tokens"], ("tenant",)),
             "slo_met": Query("increase", r["slo_met"], ("tenant",)),
             "prefix_hit_tokens": Query("increase", r["prefix_hit_tokens"], ("tenant",)),
+            "decisions": Query("increase", r["decisions"], ("tenant", "route")),
+            "routed_prompt_sum": Query("increase", r["routed_prompt_tokens"], ("tenant",)),
         }
         for q in _QUANTILES:
             out[f"ttft_{q}"] = Query("quantile", r["ttft"], ("tenant",), q)
@@ -174,6 +186,7 @@ class WindowBuilder:
         total: dict[str, float] = defaultdict(float)
         remote: dict[str, float] = defaultdict(float)
         errors: dict[str, float] = defaultdict(float)
+        refused: dict[str, float] = defaultdict(float)
         for labels, value in res.get(q["requests"], ()):
             tenant = labels.get("tenant")
             if tenant is None or not math.isfinite(value):
@@ -183,6 +196,17 @@ class WindowBuilder:
                 remote[tenant] += value
             if labels.get("outcome") == "error":
                 errors[tenant] += value
+            if labels.get("route") == "none":  # refused as it arrived: no decode instance
+                refused[tenant] += value
+        decided: dict[str, float] = defaultdict(float)
+        decided_remote: dict[str, float] = defaultdict(float)
+        for labels, value in res.get(q["decisions"], ()):
+            tenant = labels.get("tenant")
+            if tenant is None or not math.isfinite(value):
+                continue
+            decided[tenant] += value
+            if labels.get("route") == "remote_prefill":
+                decided_remote[tenant] += value
         sums = {name: _ByKey(res.get(query, ()), "tenant") for name, query in q.items()}
         out: dict[str, TenantWindow] = {}
         for tenant in tenants:
@@ -190,9 +214,20 @@ class WindowBuilder:
             ok = None if finished is None else finished - errors.get(tenant, 0.0)
             slo_met = sums["slo_met"].get(tenant)
             prompt_sum = sums["prompt_sum"].get(tenant)
+            routed = decided.get(tenant)
+            arrived = None if routed is None else routed + refused.get(tenant, 0.0)
+            routed_prompt_sum = sums["routed_prompt_sum"].get(tenant)
+            if routed is None:  # a router without the decision series: its finished requests stand in
+                remote_frac = _div(remote.get(tenant, 0.0) if finished is not None else None, finished)
+            else:
+                remote_frac = _div(decided_remote.get(tenant, 0.0), routed)
+            if routed is not None and routed_prompt_sum is not None:
+                mean_input = _div(routed_prompt_sum, routed)
+            else:  # a router without the decision series, as above
+                mean_input = _div(prompt_sum, finished)
             out[tenant] = TenantWindow(
-                request_rate_rps=_div(finished, w),
-                mean_input_tokens=_div(prompt_sum, finished),
+                request_rate_rps=_div(arrived if arrived is not None else finished, w),
+                mean_input_tokens=mean_input,
                 p95_input_tokens=sums["prompt_p95"].get(tenant),
                 mean_output_tokens=_div(sums["output_sum"].get(tenant), finished),
                 ttft_p50_s=sums["ttft_0.5"].get(tenant),
@@ -203,7 +238,7 @@ class WindowBuilder:
                 tpot_p99_s=sums["tpot_0.99"].get(tenant),
                 slo_attainment_frac=_div(slo_met, ok),
                 goodput_rps=_div(slo_met, w),
-                remote_prefill_frac=_div(remote.get(tenant, 0.0) if finished is not None else None, finished),
+                remote_prefill_frac=remote_frac,
                 prefix_cache_hit_frac=_div(sums["prefix_hit_tokens"].get(tenant), prompt_sum),
                 failed_rate_rps=_div(errors.get(tenant, 0.0) if finished is not None else None, w),
             )

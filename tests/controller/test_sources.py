@@ -100,6 +100,33 @@ def test_window_means_are_sums_over_sums_and_missing_is_none() -> None:
     assert window.staleness_s == 0.5
 
 
+def test_the_load_is_read_from_arrivals_as_in_the_simulator() -> None:
+    """A backlog: 20 requests arrived in the 10-s window (18 routed, 2 refused), only 5 finished. The rate, the
+    mean prompt and the remote share are the arrivals' (as ``env.sim.windows`` measures them), not the finished."""
+    results = {
+        R["requests"]: [
+            ({"tenant": "a", "route": "remote_prefill", "outcome": "ok"}, 3.0),
+            ({"tenant": "a", "route": "none", "outcome": "error"}, 2.0),
+        ],
+        R["prompt_sum"]: [({"tenant": "a"}, 3000.0)],
+        R["decisions"]: [
+            ({"tenant": "a", "route": "remote_prefill"}, 6.0),
+            ({"tenant": "a", "route": "local_prefill"}, 12.0),
+            ({"tenant": "b", "route": "local_prefill"}, 0.0),
+        ],
+        R["routed_prompt_sum"]: [({"tenant": "a"}, 36000.0), ({"tenant": "b"}, 0.0)],
+    }
+    window = WindowBuilder().build(readout(results), TOPOLOGY, ["a", "b"], ["g"], 100.0, 0.0)
+    a, b = window.tenants["a"], window.tenants["b"]
+    assert a.request_rate_rps == pytest.approx(2.0)
+    assert a.mean_input_tokens == pytest.approx(2000.0)
+    assert a.remote_prefill_frac == pytest.approx(1 / 3)
+    assert a.failed_rate_rps == pytest.approx(0.2)
+    assert b.request_rate_rps == 0.0, "a tenant seen before but idle in the window: no load, not unknown"
+    assert b.mean_input_tokens is None
+    assert b.remote_prefill_frac is None
+
+
 def exposition(requests: float, ttft: list[float], kv: float) -> str:
     registry = CollectorRegistry()
     counter = Counter("pdctl_router_requests", "r", ["tenant", "route", "outcome"], registry=registry)

@@ -96,6 +96,7 @@ async def test_remote_and_local_routes_serve_correct_streams(tmp_path: Path) -> 
         async with c.session.get(c.url + "/metrics") as resp:
             text = await resp.text()
         assert 'pdctl_router_decisions_total{reason="long_prompt",route="remote_prefill",tenant="default"} 1.0' in text
+        assert 'pdctl_router_routed_prompt_tokens_total{route="remote_prefill",tenant="chat"}' in text
         assert (
             'pdctl_request_stage_seconds_count{route="remote_prefill",stage="prefill_compute_time",tenant="chat"} 1.0'
             in text
