@@ -123,17 +123,26 @@ def _finite(value: float) -> float | None:
 
 
 class _ByKey:
-    """Sums of rows keyed by one label (``None`` when no row carried the key)."""
+    """Sums of rows keyed by one label, over the rows whose other labels match ``where``.
 
-    def __init__(self, rows: Iterable[Row], label: str) -> None:
+    A key no row carried reads ``None`` (:meth:`get`) or 0 (:meth:`total`).
+    """
+
+    def __init__(self, rows: Iterable[Row], label: str, **where: str) -> None:
         self.sums: dict[str, float] = {}
         for labels, value in rows:
             key = labels.get(label)
-            if key is not None and math.isfinite(value):
+            if key is None or not math.isfinite(value):
+                continue
+            if all(labels.get(k) == v for k, v in where.items()):
                 self.sums[key] = self.sums.get(key, 0.0) + value
 
     def get(self, key: str) -> float | None:
         return self.sums.get(key)
+
+    def total(self, key: str) -> float:
+        """The sum, 0 when no row carried the key."""
+        return self.sums.get(key, 0.0)
 
 
 @dataclass(slots=True)
@@ -183,44 +192,27 @@ class WindowBuilder:
 
     def _tenants(self, readout: Readout, tenants: Sequence[str]) -> dict[str, TenantWindow]:
         res, q, w = readout.results, self._router, readout.window_s
-        total: dict[str, float] = defaultdict(float)
-        remote: dict[str, float] = defaultdict(float)
-        errors: dict[str, float] = defaultdict(float)
-        refused: dict[str, float] = defaultdict(float)
-        for labels, value in res.get(q["requests"], ()):
-            tenant = labels.get("tenant")
-            if tenant is None or not math.isfinite(value):
-                continue
-            total[tenant] += value
-            if labels.get("route") == "remote_prefill":
-                remote[tenant] += value
-            if labels.get("outcome") == "error":
-                errors[tenant] += value
-            if labels.get("route") == "none":  # refused as it arrived: no decode instance
-                refused[tenant] += value
-        decided: dict[str, float] = defaultdict(float)
-        decided_remote: dict[str, float] = defaultdict(float)
-        for labels, value in res.get(q["decisions"], ()):
-            tenant = labels.get("tenant")
-            if tenant is None or not math.isfinite(value):
-                continue
-            decided[tenant] += value
-            if labels.get("route") == "remote_prefill":
-                decided_remote[tenant] += value
+        requests, decisions = res.get(q["requests"], ()), res.get(q["decisions"], ())
+        total = _ByKey(requests, "tenant")
+        remote = _ByKey(requests, "tenant", route="remote_prefill")
+        errors = _ByKey(requests, "tenant", outcome="error")
+        refused = _ByKey(requests, "tenant", route="none")  # refused as they arrived: no decode instance
+        decided = _ByKey(decisions, "tenant")
+        decided_remote = _ByKey(decisions, "tenant", route="remote_prefill")
         sums = {name: _ByKey(res.get(query, ()), "tenant") for name, query in q.items()}
         out: dict[str, TenantWindow] = {}
         for tenant in tenants:
             finished = total.get(tenant)
-            ok = None if finished is None else finished - errors.get(tenant, 0.0)
+            ok = None if finished is None else finished - errors.total(tenant)
             slo_met = sums["slo_met"].get(tenant)
             prompt_sum = sums["prompt_sum"].get(tenant)
             routed = decided.get(tenant)
-            arrived = None if routed is None else routed + refused.get(tenant, 0.0)
+            arrived = None if routed is None else routed + refused.total(tenant)
             routed_prompt_sum = sums["routed_prompt_sum"].get(tenant)
             if routed is None:  # a router without the decision series: its finished requests stand in
-                remote_frac = _div(remote.get(tenant, 0.0) if finished is not None else None, finished)
+                remote_frac = _div(remote.total(tenant) if finished is not None else None, finished)
             else:
-                remote_frac = _div(decided_remote.get(tenant, 0.0), routed)
+                remote_frac = _div(decided_remote.total(tenant), routed)
             if routed is not None and routed_prompt_sum is not None:
                 mean_input = _div(routed_prompt_sum, routed)
             else:  # a router without the decision series, as above
@@ -240,7 +232,7 @@ class WindowBuilder:
                 goodput_rps=_div(slo_met, w),
                 remote_prefill_frac=remote_frac,
                 prefix_cache_hit_frac=_div(sums["prefix_hit_tokens"].get(tenant), prompt_sum),
-                failed_rate_rps=_div(errors.get(tenant, 0.0) if finished is not None else None, w),
+                failed_rate_rps=_div(errors.total(tenant) if finished is not None else None, w),
             )
         return out
 
