@@ -32,12 +32,30 @@ back ever more rarely. The windows the fallback is answerable for are recorded a
 primary that **raises** trips the watchdog at once (no streak needed): the fallback decides that interval and
 the hold, and :attr:`WatchdogState.primary_error` names the exception.
 
-**Not judged, not handed over.** A window during the primary's own pool move (an instance of a group it asked
-pools for still starting or switching, or other sizes than it asked for still running) is not judged, for at most
-``settle_grace_s`` in a row, and ends the failing streak: a primary moves pools because a group is failing, and
-judged on the minutes the move takes it would be handed over mid-move, the fallback's restore undoing the move.
-And when a streak would trip the watchdog while the primary decides exactly as the fallback would (same
-thresholds, same pools), it does not trip: a hand-over would change nothing but stop the primary from moving on.
+**Not judged, not handed over.** A hand-over can only help the tenant groups the primary runs otherwise than the
+fallback would, and only once the primary's own pool moves there have had their time, so a window is judged on the
+tenants of the other groups only:
+
+* a group **in the primary's own pool move** (an instance starting or switching, or other sizes than the primary
+  asked for still running) is left out, for at most ``settle_grace_s`` in a row, and once the move has settled, for
+  as long as it took, at most ``move_dwell_s`` more: a primary moves pools because a group is failing, and judged
+  on the minutes the move takes (and on the backlog it leaves) it would be handed over mid-move, the fallback's
+  restore undoing the move. One group's move does not blind the watchdog to the others (traced on validation
+  default-10008: a 2 + 2 group moving to aggregated left a 16-instance group failing at 0.23 unjudged for 170 s,
+  where the fallback kept it at 0.93);
+* a group the primary's last decision ran **as the fallback would** (the same pools, the same thresholds for every
+  tenant of the group) is left out: what fails there is the fallback's own doing, and a hand-over would change
+  nothing there but undo what the primary does elsewhere (traced on validation default-10029: a 16-instance group
+  failing under legacy, the fallback's own rule, tripped the watchdog while a 4-instance group moved to aggregated,
+  and the hand-over undid that move). Such windows are not taken as the fallback's record either: a primary runs
+  the fallback's rule where it chooses to (a selector in calm periods), and judged against that record later, a
+  primary that leaves the rule under heavier load would be tripped for the load (traced on validation
+  default-10023).
+
+The judged tenants are held to the same bar. When no group with a known tenant is left, the window is not judged.
+The failing streak ends whenever the set of groups left out changes: the population judged next is another. And
+when a streak would trip the watchdog while the primary now decides, in the groups judged, exactly as the fallback
+would, it does not trip: a hand-over would change nothing but stop the primary from moving on.
 
 **Hand-back.** A hold is cut short when the fallback is doing no better: once it has decided
 ``handback_windows`` windows after its first (which still carries the primary's backlog), and their mean attainment
@@ -185,8 +203,9 @@ class WatchdogState:
         evidence_windows: fallback windows on record.
         primary_error: ``"Type: message"`` when the primary raised on this decision (the watchdog then trips at
             once and the fallback decides).
-        settling: this window was not judged: the pools the primary asked for were still being brought up
-            (``WatchdogParams.settle_grace_s``).
+        settling: this window was not judged: the pools the primary asked for were still being brought up in
+            every group with a known tenant (``WatchdogParams.settle_grace_s``).
+        settling_groups: the groups left out of this window's judgement for that reason (sorted).
     """
 
     in_fallback: bool = False
@@ -200,6 +219,7 @@ class WatchdogState:
     evidence_windows: int = 0
     primary_error: str | None = None
     settling: bool = False
+    settling_groups: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +290,11 @@ class BudgetSplit:
         return PoolTargets(prefill, decode)
 
 
+def _left_out(groups: frozenset[str]) -> str:
+    """`` without moving groups a, b`` for decision reasons, or nothing."""
+    return f" without moving groups {', '.join(sorted(groups))}" if groups else ""
+
+
 def weighted_attainment(observation: Observation, context: PolicyContext) -> float | None:
     """Priority- and rate-weighted SLO attainment of the window (``None`` when no tenant's is known).
 
@@ -302,7 +327,9 @@ class SloWatchdog:
         self._tripped_at_frac: float | None = None  # their mean when the watchdog last tripped
         self._hold_attainment: list[float] = []  # the fallback's windows in the current hold
         self._primary_pools: dict[str, PoolTargets] = {}  # what the primary last asked for
-        self._move = MoveClock()  # the primary's pool move under way or just settled
+        self._moves: dict[str, MoveClock] = {}  # per group: the primary's pool move under way or just settled
+        self._left_out_before: frozenset[str] = frozenset()  # the groups left out of the last judged window
+        self._as_fallback: frozenset[str] = frozenset()  # groups the primary last ran as the fallback would
 
     @property
     def policy_id(self) -> str:
@@ -325,7 +352,8 @@ class SloWatchdog:
         reason = ""
         tripped = False
         verdict: Verdict | None = None
-        settling = False
+        settling: frozenset[str] = frozenset()
+        judged = attainment
         primary_decision: ControlAction | None = None
         no_better = self._fallback_no_better() if hold > 0 else None
         handed_back = no_better is not None
@@ -336,13 +364,13 @@ class SloWatchdog:
             hold -= 1
             reason = f"watchdog: fallback {self.fallback.policy_id} (trip {trips}, {hold} intervals left)"
         else:
-            streak, verdict, settling = self._judge(observation, context, attainment, load, streak)
-            if streak >= p.trigger_intervals and verdict is not None and attainment is not None:
-                primary_decision = self._primary_as_fallback(observation, context)
+            streak, verdict, settling, judged = self._judge(observation, context, attainment, load, streak)
+            if streak >= p.trigger_intervals and verdict is not None and judged is not None:
+                primary_decision = self._primary_as_fallback(observation, context, settling | self._as_fallback)
             if primary_decision is not None:  # handing over would change nothing
                 streak, self._streak_attainment = 0, []
                 reason = f"no hand-over: the primary decides as fallback {self.fallback.policy_id} would"
-            elif streak >= p.trigger_intervals and verdict is not None and attainment is not None:
+            elif streak >= p.trigger_intervals and verdict is not None and judged is not None:
                 trips += 1
                 tripped = True
                 hold = p.hold_for(trips) - 1
@@ -350,8 +378,8 @@ class SloWatchdog:
                 self._begin_hold()
                 reason = (
                     f"watchdog: tripped ({p.trigger_intervals} intervals below {verdict.describe(p)}, now "
-                    f"{attainment:.2f}); fallback {self.fallback.policy_id} for {p.hold_for(trips)} intervals "
-                    f"(trip {trips})"
+                    f"{judged:.2f}{_left_out(settling)}); fallback {self.fallback.policy_id} for "
+                    f"{p.hold_for(trips)} intervals (trip {trips})"
                 )
         in_fallback = tripped or (s.hold_left_intervals > 0 and not handed_back)
         self.state = WatchdogState(
@@ -366,7 +394,8 @@ class SloWatchdog:
             if verdict is None or verdict.estimate is None
             else verdict.estimate.attainment_frac,
             evidence_windows=len(self._evidence),
-            settling=settling,
+            settling=bool(settling) and verdict is None,
+            settling_groups=tuple(sorted(settling)),
         )
         self._primary_decided_last = not in_fallback
         self._fallback_decided_last = in_fallback
@@ -377,11 +406,13 @@ class SloWatchdog:
                 reason = self._primary_raised(exc)
             else:
                 self._primary_pools = dict(decision.pools)
+                self._as_fallback = self._groups_as_fallback(decision, observation, context)[0]
                 if reason:  # say why the primary decides (not "watchdog: …" first, which marks fallback decisions)
                     return replace(decision, reason=f"{decision.reason} [{reason}]" if decision.reason else reason)
                 return decision
         self._primary_pools = {}
-        self._move.reset()
+        self._moves.clear()
+        self._left_out_before = self._as_fallback = frozenset()
         return self._fallback_action(observation, context, reason)
 
     def _judge(
@@ -391,13 +422,27 @@ class SloWatchdog:
         attainment: float | None,
         load: float | None,
         streak: int,
-    ) -> tuple[int, Verdict | None, bool]:
-        """The failing streak after this window, its verdict (``None``: not judged) and whether it was settling."""
+    ) -> tuple[int, Verdict | None, frozenset[str], float | None]:
+        """Judge one window under the primary.
+
+        Returns the failing streak after it, its verdict (``None``: not judged), the groups left out of it because
+        the primary's pools are still coming up there, and the attainment judged (their tenants left out).
+        """
         if attainment is None or not self._primary_decided_last:
-            return streak, None, False
-        if self._settling(observation, context):  # the primary's move is under way: what failed before is gone
-            self._streak_attainment = []
-            return 0, None, True
+            return streak, None, frozenset(), attainment
+        settling = self._settling_groups(observation, context)
+        left_out = settling | self._as_fallback
+        if left_out != self._left_out_before:  # another population is judged from here on
+            streak, self._streak_attainment = 0, []
+        self._left_out_before = left_out
+        judged: float | None = attainment
+        if left_out:
+            context = context.grouped()
+            judged = weighted_attainment(
+                observation, replace(context, tenants=tuple(t for t in context.tenants if t.group not in left_out))
+            )
+        if judged is None:  # every group with a known tenant is moving or ran as the fallback would: nothing judged
+            return 0, None, settling, None
         p = self.params
         estimate = None
         if load is not None:
@@ -408,9 +453,9 @@ class SloWatchdog:
                 ceiling = self._evidence.ceiling(load, min_windows=p.min_evidence_windows)
                 if ceiling is not None and ceiling.attainment_frac - p.fallback_margin_frac < p.min_attainment_frac:
                     estimate = ceiling
-        verdict = judge(attainment, estimate, p)
-        self._streak_attainment = [*self._streak_attainment, attainment] if verdict.failing else []
-        return (streak + 1 if verdict.failing else 0), verdict, False
+        verdict = judge(judged, estimate, p)
+        self._streak_attainment = [*self._streak_attainment, judged] if verdict.failing else []
+        return (streak + 1 if verdict.failing else 0), verdict, settling, judged
 
     def _fallback_action(self, observation: Observation, context: PolicyContext, reason: str) -> ControlAction:
         """The fallback's decision, with every group it asks no pool change for sent back to its budget split."""
@@ -424,49 +469,81 @@ class SloWatchdog:
             policy_id=self.policy_id,
         )
 
-    def _primary_as_fallback(self, observation: Observation, context: PolicyContext) -> ControlAction | None:
-        """The primary's decision when it is what the fallback would decide now (same thresholds and pools).
+    def _primary_as_fallback(
+        self, observation: Observation, context: PolicyContext, left_out: frozenset[str] = frozenset()
+    ) -> ControlAction | None:
+        """The primary's decision when it is what the fallback would decide now in the groups judged.
 
         Asked when a streak would trip the watchdog: a primary that fails while deciding exactly as the fallback
         would (the rule selector running the fallback's own rule) gains nothing from a hand-over, which would only
-        stop it from moving away. ``None`` otherwise, or when the primary raises (it then trips as usual).
+        stop it from moving away. Only the groups judged count (same pools, same thresholds for their tenants);
+        the groups ``left_out`` were not judged, and a hand-over would only undo what the primary does there.
+        ``None`` otherwise, or when the primary raises (it then trips as usual).
         """
         try:
             decision = self.primary.decide(observation, context)
         except Exception:
             return None
+        same, identical = self._groups_as_fallback(decision, observation, context)
+        judged = {g.name for g in context.groups} - left_out
+        return decision if identical or (left_out and judged <= same) else None
+
+    def _groups_as_fallback(
+        self, decision: ControlAction, observation: Observation, context: PolicyContext
+    ) -> tuple[frozenset[str], bool]:
+        """Where ``decision`` is the fallback's decision now.
+
+        Returns the groups it runs as the fallback would (same pools, same thresholds for every tenant of the
+        group), and whether it is the fallback's decision everywhere (every group and every tenant).
+        """
         fallback = self._fallback_action(observation, context, "")
         running = context.current_pools
-        groups = set(decision.pools) | set(fallback.pools)
-        same_pools = all(decision.pools.get(g, running.get(g)) == fallback.pools.get(g, running.get(g)) for g in groups)
-        return decision if same_pools and decision.thresholds == fallback.thresholds else None
+        grouped = context.grouped()
+        same: set[str] = set()
+        for group in grouped.groups:
+            g = group.name
+            if decision.pools.get(g, running.get(g)) != fallback.pools.get(g, running.get(g)):
+                continue
+            tenants = [t.name for t in grouped.tenants if t.group == g]
+            if all(decision.thresholds.get(t) == fallback.thresholds.get(t) for t in tenants):
+                same.add(g)
+        pooled = set(decision.pools) | set(fallback.pools)
+        identical = decision.thresholds == fallback.thresholds and all(
+            decision.pools.get(g, running.get(g)) == fallback.pools.get(g, running.get(g)) for g in pooled
+        )
+        return frozenset(same), identical
 
-    def _settling(self, observation: Observation, context: PolicyContext) -> bool:
-        """Whether this window is one of the primary's pool move, so not judged.
+    def _settling_groups(self, observation: Observation, context: PolicyContext) -> frozenset[str]:
+        """The groups whose windows are the primary's pool move, so not judged.
 
-        It is while the pools the primary asked for are still being brought up, within ``settle_grace_s``, and
-        after they settled for as long as the move took, at most ``move_dwell_s`` and within ``settle_grace_s +
-        move_dwell_s`` of the move's start.
-        Brought up: in every group the primary asked pools for, no instance starting or switching and the sizes
-        asked for running. The grace runs from the first window found not yet settled; once it is spent, windows
-        are judged again until the pools settle (which restarts it).
+        A group is while the pools the primary asked for there are still being brought up, within
+        ``settle_grace_s``, and after they settled for as long as the move took, at most ``move_dwell_s`` and
+        within ``settle_grace_s + move_dwell_s`` of the move's start.
+        Brought up: no instance of the group starting or switching and the sizes asked for running. The grace runs
+        from the first window found not yet settled; once it is spent, the group is judged again until its pools
+        settle (which restarts it).
         """
         p = self.params
-        moving = p.settle_grace_s > 0 and not all(
-            pools_running(observation.window, context, group, target) for group, target in self._primary_pools.items()
-        )
         now_s = context.now_s
-        move = self._move
-        move.observe(moving, now_s)
-        if move.moving_since_s is None:
-            return False
-        since_s = now_s - move.moving_since_s
-        if moving:
-            return since_s < p.settle_grace_s
-        if move.dwelling(now_s, p.move_dwell_s) and since_s < p.settle_grace_s + p.move_dwell_s:
-            return True
-        move.reset()
-        return False
+        for group in set(self._moves) - set(self._primary_pools):
+            del self._moves[group]
+        out: set[str] = set()
+        for group, target in self._primary_pools.items():
+            moving = p.settle_grace_s > 0 and not pools_running(observation.window, context, group, target)
+            move = self._moves.setdefault(group, MoveClock())
+            move.observe(moving, now_s)
+            if move.moving_since_s is None:
+                continue
+            since_s = now_s - move.moving_since_s
+            if moving:
+                if since_s < p.settle_grace_s:
+                    out.add(group)
+                continue
+            if move.dwelling(now_s, p.move_dwell_s) and since_s < p.settle_grace_s + p.move_dwell_s:
+                out.add(group)
+                continue
+            move.reset()
+        return frozenset(out)
 
     def _primary_raised(self, exc: Exception) -> str:
         """Trip at once on a primary's exception (no streak needed); the fallback's reason for this decision."""

@@ -385,13 +385,134 @@ class Mimic:
         return ControlAction(thresholds=action.thresholds, reason="mimic", policy_id=self.policy_id)
 
 
-def test_a_primary_deciding_as_the_fallback_would_is_not_handed_over() -> None:
+def test_a_primary_deciding_as_the_fallback_would_is_not_judged() -> None:
     wd = SloWatchdog(Mimic(), FilePolicy(RESOLVED, "file:base"), WatchdogParams(trigger_intervals=2))
-    reasons = []
     for _ in range(8):  # failing all along, on the deployed split the fallback would restore
-        reasons.append(step(wd, 0.1).reason)
+        step(wd, 0.1)
         assert not wd.state.in_fallback
+    # No window is judged: the first shows what ran before the watchdog, every later one what the fallback does.
+    assert wd.state.bar_frac is None
     assert wd.state.trips == 0
-    assert reasons.count("mimic [no hand-over: the primary decides as fallback file:base would]") == 3
+    assert wd.state.failing_streak == 0
+    # Such windows are not taken as the fallback's record either: they come from wherever the primary chose to
+    # run the fallback's rule (calm periods, for a selector), and judged against them later, a primary that
+    # leaves the rule under heavier load is tripped for the load (traced on validation default-10023).
+    assert wd.state.evidence_windows == 0
     # One that decides otherwise (AllPrefill asks for other pools) is handed over as before.
     assert run(watchdog(trigger_intervals=2), primary=0.1, fallback=0.9, ticks=4) == "PPFF"
+
+
+TWO_GROUPS = resolve_policy(
+    load_policy_text(
+        """
+pd_disaggregation_policy:
+  remote_prefill: {min_input_tokens: 4096}
+  local_prefill: {max_input_tokens: 2048}
+tenant_groups:
+  - {name: g, gpu_budget: 4, pools: {prefill: {min: 0, max: 3}, decode: {min: 1, max: 4}}}
+  - {name: h, gpu_budget: 4, pools: {prefill: {min: 0, max: 3}, decode: {min: 1, max: 4}}}
+tenants:
+  - {name: chat, group: g, priority: 1.0, slo: {ttft_p95_ms: 500, tpot_p95_ms: 50}}
+  - {name: code, group: h, priority: 1.0, slo: {ttft_p95_ms: 500, tpot_p95_ms: 50}}
+"""
+    )
+)
+
+
+class MovesG:
+    """A primary that asks for 3P1D in group g and keeps h as deployed."""
+
+    policy_id = "test:moves-g"
+
+    def decide(self, observation: Observation, context: PolicyContext) -> ControlAction:
+        del observation, context
+        return ControlAction(pools={"g": PoolTargets(3, 1), "h": DEPLOYED}, reason="primary", policy_id=self.policy_id)
+
+
+def two_group_step(wd: SloWatchdog, chat: float, code: float, g_pools: PoolTargets, now_s: float) -> None:
+    """One decision: tenant chat (group g) and code (group h) at these attainments, h running as deployed."""
+    tenants = {
+        "chat": TenantWindow(request_rate_rps=1.0, slo_attainment_frac=chat),
+        "code": TenantWindow(request_rate_rps=1.0, slo_attainment_frac=code),
+    }
+    groups = {"g": GroupWindow(g_pools.num_prefill, g_pools.num_decode), "h": GroupWindow(2, 2)}
+    window = MetricWindow(100.0, 15.0, tenants, groups)
+    named = tuple(tp.tenant for name, tp in TWO_GROUPS.tenants.items() if name != "default")
+    base = {name: tp.thresholds for name, tp in TWO_GROUPS.tenants.items()}
+    context = PolicyContext(
+        named,
+        tuple(TWO_GROUPS.groups.values()),
+        {"g": g_pools, "h": DEPLOYED},
+        base,
+        base,
+        now_s=now_s,
+        interval_s=15.0,
+    )
+    wd.decide(build_observation(window, context.observation_context()), context)
+
+
+def test_one_groups_move_leaves_the_other_groups_judged() -> None:
+    """Group g is moving (3P1D asked, 2P2D running): its tenant is left out, and group h failing alone trips the
+    watchdog; h fine while g fails does not. With every group moving, the window is not judged at all."""
+    fallback = FilePolicy(TWO_GROUPS, "file:base")
+    params = WatchdogParams(trigger_intervals=2, settle_grace_s=600.0, move_dwell_s=0.0)
+    wd = SloWatchdog(MovesG(), fallback, params)  # type: ignore[arg-type]
+    two_group_step(wd, 0.9, 0.9, DEPLOYED, now_s=0.0)  # the first window: never judged
+    two_group_step(wd, 0.9, 0.1, DEPLOYED, now_s=15.0)
+    assert wd.state.settling_groups == ("g",)
+    assert not wd.state.settling
+    assert wd.state.attainment_frac == pytest.approx(0.5)  # what the window showed, both tenants
+    assert wd.state.failing_streak == 1  # judged on h alone: 0.1
+    two_group_step(wd, 0.9, 0.1, DEPLOYED, now_s=30.0)
+    assert wd.state.tripped
+    # The other way round: g (moving) fails, h is fine: judged on h, not failing.
+    calm = SloWatchdog(MovesG(), fallback, params)  # type: ignore[arg-type]
+    for tick in range(6):
+        two_group_step(calm, 0.0, 0.9, DEPLOYED, now_s=15.0 * tick)
+    assert calm.state.trips == 0
+    assert calm.state.failing_streak == 0
+    assert calm.state.bar_frac == 0.5
+
+
+def test_the_streak_ends_when_the_moving_groups_change() -> None:
+    fallback = FilePolicy(TWO_GROUPS, "file:base")
+    wd = SloWatchdog(MovesG(), fallback, WatchdogParams(trigger_intervals=3, settle_grace_s=600.0, move_dwell_s=0.0))  # type: ignore[arg-type]
+    two_group_step(wd, 0.1, 0.1, PoolTargets(3, 1), now_s=0.0)  # the first window
+    two_group_step(wd, 0.1, 0.1, PoolTargets(3, 1), now_s=15.0)  # nothing moving: judged on both, failing
+    two_group_step(wd, 0.1, 0.1, PoolTargets(3, 1), now_s=30.0)
+    assert wd.state.failing_streak == 2
+    two_group_step(wd, 0.1, 0.1, DEPLOYED, now_s=45.0)  # g moves again: another population is judged
+    assert wd.state.settling_groups == ("g",)
+    assert wd.state.failing_streak == 1
+    assert not wd.state.tripped
+
+
+class FallbackInH:
+    """A primary that runs group h exactly as the file fallback would and asks for 3P1D in group g."""
+
+    policy_id = "test:fallback-in-h"
+
+    def decide(self, observation: Observation, context: PolicyContext) -> ControlAction:
+        action = FilePolicy(TWO_GROUPS, "file:base").decide(observation, context)
+        thresholds = {"code": action.thresholds["code"]}
+        return ControlAction(
+            thresholds=thresholds, pools={"g": PoolTargets(3, 1), "h": DEPLOYED}, reason="p", policy_id=self.policy_id
+        )
+
+
+def test_groups_run_as_the_fallback_would_are_left_out_of_the_judgement() -> None:
+    """Group h runs as the fallback would run it and fails there (the fallback's own failure: a hand-over would
+    change nothing in h, only undo what the primary does in g); g, where the primary differs, is fine: no trip.
+    The same windows with g failing too trip the watchdog, judged on g alone."""
+    fallback = FilePolicy(TWO_GROUPS, "file:base")
+    params = WatchdogParams(trigger_intervals=2, settle_grace_s=600.0, move_dwell_s=0.0)
+    wd = SloWatchdog(FallbackInH(), fallback, params)  # type: ignore[arg-type]
+    for tick in range(8):
+        two_group_step(wd, 0.9, 0.0, PoolTargets(3, 1), now_s=15.0 * tick)
+    assert wd.state.trips == 0
+    assert wd.state.bar_frac == 0.5
+    assert wd.state.settling_groups == ()
+    failing = SloWatchdog(FallbackInH(), fallback, params)  # type: ignore[arg-type]
+    for tick in range(3):
+        two_group_step(failing, 0.2, 0.9, PoolTargets(3, 1), now_s=15.0 * tick)
+    assert failing.state.tripped
