@@ -89,7 +89,7 @@ class Router:
         limits = self.config.limits
         app = web.Application(
             client_max_size=max(limits.max_body_bytes, limits.max_admin_body_bytes),
-            middlewares=[bounded_input(limits.max_body_bytes, limits.max_admin_body_bytes)],
+            middlewares=[bounded_input(limits.max_body_bytes, limits.max_admin_body_bytes, self._flow.count_rejected)],
         )
         app.on_response_prepare.append(_route_headers)
         app.router.add_post("/v1/completions", self._flow.generate)

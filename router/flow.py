@@ -40,7 +40,7 @@ from router.admin import PolicyState
 from router.config import RouterConfig
 from router.decide import Planner
 from router.estimates import TransferHealth
-from router.limits import parse_json
+from router.limits import BodyError, parse_json
 from router.migrate import StreamMigrator
 from router.pd import decode_body, forwarded_headers, local_body, prefill_body, prefill_params
 from router.registry import Instance, InstanceRegistry
@@ -165,14 +165,22 @@ class RequestFlow:
         count = data.get("count") if isinstance(data, dict) else None
         return count if isinstance(count, int) else None
 
+    def count_rejected(self, request: web.Request) -> None:
+        """Count a data-API request refused for its body (``400``/``413``, :func:`router.limits.bounded_input`)."""
+        headers = request.headers
+        authorization = headers.get("Authorization")
+        api_key = authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else None
+        tenant = self._policy().resolved.identify_tenant(headers.get("X-Tenant-Id"), api_key, "")
+        self.metrics.rejected(tenant)
+
     async def generate(self, request: web.Request) -> web.StreamResponse:
         """Serve one ``/v1/completions`` or ``/v1/chat/completions`` request."""
         arrival = self._now()
         arrival_ts = time.time()
         raw = await request.read()
         body = parse_json(raw, self.config.limits.max_json_depth)  # a BodyError is answered 400 by the middleware
-        if not isinstance(body, dict):
-            return json_error(400, "the request body must be a JSON object", "BadRequestError")
+        if not isinstance(body, dict):  # answered 400 and counted as rejected by the middleware, as a parse error
+            raise BodyError(400, "the request body must be a JSON object")
         headers = request.headers
         request_id = headers.get("X-Request-Id") or uuid.uuid4().hex
         authorization = headers.get("Authorization")

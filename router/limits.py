@@ -7,6 +7,8 @@
   itself cannot nest) with a :class:`BodyError`, which handlers answer as ``400`` with a JSON error.
 * **No traceback to the client.** Any other exception a handler lets out is logged with its traceback and
   answered ``500`` with a JSON error naming only the request id.
+* **No request vanishes from the metrics.** A data-API request answered ``400`` or ``413`` here is passed to the
+  ``on_rejected`` callback (the router counts it in ``pdctl_router_requests_total`` with ``route="rejected"``).
 
 Error bodies have the shape of their surface: OpenAI's ``{"error": {"message", "type", "code"}}`` on the data
 API, ``{"error": {"message", "field"}}`` on the admin API (``docs/admin-api.md``).
@@ -86,21 +88,31 @@ def error_response(request: web.Request, status: int, message: str) -> web.Respo
     return web.Response(body=error_body(status, message, kind), status=status, content_type="application/json")
 
 
-def bounded_input(max_body_bytes: int, max_admin_body_bytes: int) -> Middleware:
-    """The middleware enforcing each surface's body limit and answering every failure in JSON."""
+def bounded_input(
+    max_body_bytes: int, max_admin_body_bytes: int, on_rejected: Callable[[web.Request], None] | None = None
+) -> Middleware:
+    """The middleware enforcing each surface's body limit and answering every failure in JSON.
+
+    ``on_rejected`` is called with every data-API request it answers ``400`` or ``413``.
+    """
+
+    def rejected(request: web.Request, status: int, message: str) -> web.Response:
+        if on_rejected is not None and not _is_admin(request):
+            on_rejected(request)
+        return error_response(request, status, message)
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         limit = max_admin_body_bytes if _is_admin(request) else max_body_bytes
         declared = request.content_length
         if declared is not None and declared > limit:
-            return error_response(request, 413, f"request body of {declared} bytes exceeds the limit of {limit}")
+            return rejected(request, 413, f"request body of {declared} bytes exceeds the limit of {limit}")
         try:
             return await handler(request.clone(client_max_size=limit))
         except web.HTTPRequestEntityTooLarge:
-            return error_response(request, 413, f"request body exceeds the limit of {limit} bytes")
+            return rejected(request, 413, f"request body exceeds the limit of {limit} bytes")
         except BodyError as exc:
-            return error_response(request, exc.status, exc.message)
+            return rejected(request, exc.status, exc.message)
         except web.HTTPException:
             raise
         except Exception:

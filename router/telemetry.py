@@ -135,7 +135,8 @@ class RouterMetrics:
         )
         self.requests = Counter(
             "pdctl_router_requests",
-            "Finished requests by outcome (route none: refused, no decode instance available).",
+            "Finished requests by outcome (route none: refused, no decode instance available; route rejected: "
+            "the request itself refused, 400 or 413).",
             ("tenant", "route", "outcome"),
             registry=registry,
         )
@@ -209,6 +210,10 @@ class RouterMetrics:
             "pdctl_router_policy_generation", "Generation of the routing policy in force.", registry=registry
         )
         self.transfer_healthy.set(1)
+
+    def rejected(self, tenant: str) -> None:
+        """Count a request refused for its body before it was routed (``route="rejected"``, outcome ``error``)."""
+        self.requests.labels(tenant, "rejected", "error").inc()
 
     def routed(self, rec: RequestRecord) -> None:
         """Count a request as it arrives and is routed (the offered load; :meth:`record` counts it as it ends)."""

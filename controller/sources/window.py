@@ -192,7 +192,9 @@ class WindowBuilder:
 
     def _tenants(self, readout: Readout, tenants: Sequence[str]) -> dict[str, TenantWindow]:
         res, q, w = readout.results, self._router, readout.window_s
-        requests, decisions = res.get(q["requests"], ()), res.get(q["decisions"], ())
+        # requests refused for their body (route "rejected": malformed, too large) are neither load nor failures
+        requests = [row for row in res.get(q["requests"], ()) if row[0].get("route") != "rejected"]
+        decisions = res.get(q["decisions"], ())
         total = _ByKey(requests, "tenant")
         remote = _ByKey(requests, "tenant", route="remote_prefill")
         errors = _ByKey(requests, "tenant", outcome="error")

@@ -107,6 +107,7 @@ def test_the_load_is_read_from_arrivals_as_in_the_simulator() -> None:
         R["requests"]: [
             ({"tenant": "a", "route": "remote_prefill", "outcome": "ok"}, 3.0),
             ({"tenant": "a", "route": "none", "outcome": "error"}, 2.0),
+            ({"tenant": "a", "route": "rejected", "outcome": "error"}, 50.0),  # malformed bodies: no load, no failure
         ],
         R["prompt_sum"]: [({"tenant": "a"}, 3000.0)],
         R["decisions"]: [
