@@ -40,6 +40,7 @@ from pydantic import (
 
 from policies.baselines import BASELINES
 from policies.features import ObservationLayout, PoolActions
+from policies.rule_selector import SelectorBehaviour
 from policies.set_features import SET_MAX_GROUPS, SET_MAX_TENANTS, SetLayout
 
 __all__ = [
@@ -260,8 +261,11 @@ class SweepConfig(_Strict):
     """Evaluate the experiment's baselines once (on the held-out scenarios and seeds) for the summary table."""
 
 
-class SelectorConfig(_Strict):
-    """``algorithm: rule_selector``: the rule selector's data and fit (:mod:`agents.selector_train`)."""
+class SelectorConfig(_Strict, SelectorBehaviour):
+    """``algorithm: rule_selector``: the rule selector's data and fit (:mod:`agents.selector_train`).
+
+    How the selector acts is :class:`policies.rule_selector.SelectorBehaviour`'s fields, copied into its manifest.
+    """
 
     rules: list[str] = Field(
         default=["dynamo-legacy", "aggregated", "dynamo-isl-bounding", "dynamo-isl-or-load"],
@@ -281,11 +285,6 @@ class SelectorConfig(_Strict):
     ratio); ``soft_best``: a softened distribution over which rule is best."""
     temperature_frac: Annotated[float, Field(gt=0)] = 0.05
     """``soft_best`` only: the softening of the best-rule distribution."""
-    switch_patience_intervals: Annotated[int, Field(ge=1, le=100)] = 2
-    patience_streak: Literal["same_rule", "any_better"] = "same_rule"
-    """What the patience counts (:attr:`policies.rule_selector.SelectorManifest.patience_streak`)."""
-    first_decision: Literal["first_rule", "scored"] = "first_rule"
-    """How a group starts (:attr:`policies.rule_selector.SelectorManifest.first_decision`)."""
     workers: Annotated[int, Field(ge=1, le=64)] | None = None
     """Processes for the rollouts (default: the machine's cores)."""
     rate_scales: Annotated[list[Annotated[float, Field(gt=0, le=10)]], Field(min_length=1)] = [1.0]
@@ -298,15 +297,6 @@ class SelectorConfig(_Strict):
     """Fill each rollout's unknown KV-transfer features from a sibling rule's rollout of the same interval
     (:func:`agents.selector_data.shared_transfer_inputs`): what a selector with ``transfer_memory_s`` reads while
     it runs ``aggregated``."""
-    settle_before_judging: bool = False
-    """:attr:`policies.rule_selector.SelectorManifest.settle_before_judging`."""
-    move_dwell_s: Annotated[float, Field(ge=0, le=86_400)] = 0.0
-    """:attr:`policies.rule_selector.SelectorManifest.move_dwell_s` (0 = judge from the first settled window)."""
-    routing_follows_pools: bool = False
-    """:attr:`policies.rule_selector.SelectorManifest.routing_follows_pools`."""
-    transfer_memory_s: Annotated[float, Field(ge=0, le=86_400)] = 0.0
-    """How long the selector's last observed transfer features stand in for unknown ones
-    (:attr:`policies.rule_selector.SelectorManifest.transfer_memory_s`; 0 = never)."""
 
     @model_validator(mode="after")
     def _known_rules(self) -> SelectorConfig:
@@ -315,8 +305,6 @@ class SelectorConfig(_Strict):
             raise ValueError(f"rules: unknown baseline {unknown[0]!r} (known: {', '.join(sorted(BASELINES))})")
         if len(set(self.rules)) != len(self.rules):
             raise ValueError("rules: a rule is listed twice")
-        if self.move_dwell_s > 0 and not self.settle_before_judging:
-            raise ValueError("move_dwell_s: needs settle_before_judging: true (the dwell follows a settled move)")
         return self
 
 

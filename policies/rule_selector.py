@@ -74,6 +74,7 @@ __all__ = [
     "TRANSFER_COLUMNS",
     "UNVARIED_SCALE",
     "RuleSelector",
+    "SelectorBehaviour",
     "SelectorManifest",
     "SelectorNetwork",
     "TransferMemory",
@@ -118,23 +119,22 @@ def group_features(rows: SetObservation) -> np.ndarray:
     return out
 
 
-class SelectorManifest(BaseModel):
-    """What travels with a rule selector's weights."""
+class SelectorBehaviour(BaseModel):
+    """How a rule selector acts at run time beyond its weights.
+
+    Set by a training recipe (``agents.config.SelectorConfig``) and carried by the manifest it exports
+    (:class:`SelectorManifest`): one definition of each field, its bounds and its meaning.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    format: Literal["pdctl-rule-selector"] = "pdctl-rule-selector"
-    schema_version: int
-    feature_hash: str
-    rules: list[str] = Field(min_length=2)
-    """Baseline names (``policies.baselines``), in the network's output order; the first acts at the start."""
-    hidden_width: int = Field(ge=1)
-    switch_patience_intervals: int = Field(default=2, ge=1)
+    switch_patience_intervals: int = Field(default=2, ge=1, le=100)
+    """Intervals in a row another rule must score best before a group changes rule."""
     patience_streak: Literal["same_rule", "any_better"] = "same_rule"
     """What the patience counts: intervals in a row that the **same** other rule scores best (``same_rule``), or
     intervals in a row that **some** other rule scores above the acting one (``any_better``; the switch then goes
     to the latest best), so that a group whose rule is failing does not wait while the alternatives trade places."""
-    transfer_memory_s: float = Field(default=0.0, ge=0.0)
+    transfer_memory_s: float = Field(default=0.0, ge=0.0, le=86_400)
     """How long a group's last observed KV-transfer features stand in for unknown ones (0 = never). Under a rule
     that transfers nothing (``aggregated``) the transfer features go unknown, so without a memory the selector
     cannot tell a network still failing from one that recovered, and leaves aggregated as soon as it has switched
@@ -143,7 +143,7 @@ class SelectorManifest(BaseModel):
     """Count the patience only in intervals where the group's pools are settled: no instance starting or
     switching, and the pools the selector last asked for running. A rule is trained on the states it leads to,
     not on the minutes its pool move takes; judged in between, it is judged on states it was never scored on."""
-    move_dwell_s: float = Field(default=0.0, ge=0.0)
+    move_dwell_s: float = Field(default=0.0, ge=0.0, le=86_400)
     """With ``settle_before_judging``: after a pool move of a group has settled, count its patience only once the
     moved pools have run as long as the move took, at most this long (0 = from the first settled window). The
     windows right after a move still carry the backlog the move built up, and a backlog built over a long move takes
@@ -158,6 +158,30 @@ class SelectorManifest(BaseModel):
     first_decision: Literal["first_rule", "scored"] = "first_rule"
     """At a group's first decision: start under the first rule and let the patience run (``first_rule``), or act
     at once as the best-scored rule (``scored``: nothing was chosen before, so there is nothing to flap from)."""
+
+    @model_validator(mode="after")
+    def _dwell_needs_settling(self) -> SelectorBehaviour:
+        if self.move_dwell_s > 0 and not self.settle_before_judging:
+            raise ValueError("move_dwell_s needs settle_before_judging: true (the dwell follows a settled move)")
+        return self
+
+    def behaviour(self) -> dict[str, object]:
+        """These fields and their values (what a trained selector's manifest takes from its recipe)."""
+        return {name: getattr(self, name) for name in SelectorBehaviour.model_fields}
+
+
+class SelectorManifest(SelectorBehaviour):
+    """What travels with a rule selector's weights.
+
+    Its rules, its network's width, how it acts (:class:`SelectorBehaviour`) and where it came from.
+    """
+
+    format: Literal["pdctl-rule-selector"] = "pdctl-rule-selector"
+    schema_version: int
+    feature_hash: str
+    rules: list[str] = Field(min_length=2)
+    """Baseline names (``policies.baselines``), in the network's output order; the first acts at the start."""
+    hidden_width: int = Field(ge=1)
     algorithm: str = ""
     mlflow_run_id: str | None = None
     git_commit: str | None = None
@@ -173,12 +197,6 @@ class SelectorManifest(BaseModel):
         if len(set(rules)) != len(rules):
             raise ValueError("a rule is listed twice")
         return rules
-
-    @model_validator(mode="after")
-    def _dwell_needs_settling(self) -> SelectorManifest:
-        if self.move_dwell_s > 0 and not self.settle_before_judging:
-            raise ValueError("move_dwell_s needs settle_before_judging: true (the dwell follows a settled move)")
-        return self
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
-from agents.config import ExperimentError, load_experiment
+from agents.config import ExperimentError, SelectorConfig, load_experiment
 from agents.harness import slo_met
 from agents.runs import episode_env, run_episode
 from agents.selector_data import (
@@ -25,7 +25,14 @@ from agents.train import train
 from env.gym_env import resolve_scenario
 from policies.artifacts import load_learned
 from policies.baselines import make_baseline
-from policies.rule_selector import GROUP_INPUT_WIDTH, TRANSFER_COLUMNS, RuleSelector, SelectorNetwork
+from policies.rule_selector import (
+    GROUP_INPUT_WIDTH,
+    TRANSFER_COLUMNS,
+    RuleSelector,
+    SelectorBehaviour,
+    SelectorManifest,
+    SelectorNetwork,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_FAMILY = ROOT / "experiments" / "families" / "default.yaml"
@@ -311,6 +318,8 @@ def test_rollouts_are_cached_per_task_in_the_run_folder_and_only_new_tasks_are_s
         ({"rate_scales": [0.0]}, "selector.rate_scales"),
         ({"label_window_intervals": 0}, "selector.label_window_intervals"),
         ({"transfer_memory_s": -1}, "selector.transfer_memory_s"),
+        ({"switch_patience_intervals": 101}, "selector.switch_patience_intervals"),
+        ({"move_dwell_s": 60.0}, "move_dwell_s needs settle_before_judging"),
     ],
 )
 def test_a_bad_selector_section_is_refused_naming_the_field(
@@ -318,3 +327,25 @@ def test_a_bad_selector_section_is_refused_naming_the_field(
 ) -> None:
     with pytest.raises(ExperimentError, match=message):
         load_experiment(_experiment(tmp_path, _small_family(tmp_path), **selector))
+
+
+def test_the_recipe_and_the_manifest_share_one_definition_of_how_the_selector_acts() -> None:
+    """SelectorConfig and SelectorManifest both take SelectorBehaviour's fields (one set of bounds and meanings);
+    a trained selector's manifest copies them from its recipe."""
+    fields = set(SelectorBehaviour.model_fields)
+    assert fields == {
+        "switch_patience_intervals",
+        "patience_streak",
+        "transfer_memory_s",
+        "settle_before_judging",
+        "move_dwell_s",
+        "routing_follows_pools",
+        "first_decision",
+    }
+    assert fields <= set(SelectorConfig.model_fields)
+    assert fields <= set(SelectorManifest.model_fields)
+    recipe = SelectorConfig(settle_before_judging=True, move_dwell_s=120.0, patience_streak="any_better")
+    manifest = SelectorManifest(
+        schema_version=1, feature_hash="x", rules=recipe.rules, hidden_width=4, **recipe.behaviour()
+    )
+    assert manifest.behaviour() == recipe.behaviour()
