@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.gate import file_sha256
 from agents.grid_search import best_points, search
 from agents.harness import (
     ALL_TENANTS,
@@ -135,9 +136,10 @@ def aggregate(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Mean and 95 % confidence half-width over seeds, per (policy, scenario, rate scale, tenant)."""
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for row in rows:
-        groups.setdefault((row["policy"], row["scenario"], row["rate_scale"], row["tenant"]), []).append(row)
+        key = (row["policy"], row["scenario"], row["rate_scale"], row["tenant"], row.get("scenario_sha256"))
+        groups.setdefault(key, []).append(row)
     out: list[dict[str, Any]] = []
-    for (policy, scenario, rate_scale, tenant), members in groups.items():
+    for (policy, scenario, rate_scale, tenant, digest), members in groups.items():
         agg: dict[str, Any] = {
             "policy": policy,
             "scenario": scenario,
@@ -154,6 +156,8 @@ def aggregate(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             agg[f"{metric}_mean"] = float(values.mean())
             half = _t95(values.size) * float(values.std(ddof=1)) / math.sqrt(values.size) if values.size > 1 else None
             agg[f"{metric}_ci95"] = half
+        if digest is not None:
+            agg["scenario_sha256"] = digest
         out.append(agg)
     return out
 
@@ -213,6 +217,12 @@ def evaluate(
         for seed in seeds
     ]
     runs = run_many(specs, workers, on_done)
+    # every row names the exact scenario file it was measured on: tables made from different files (a generator
+    # or a performance model changed in between) cannot be compared by name alone
+    digests = {str(path): file_sha256(path) for path in scenarios}
+    for run in runs:
+        for row in run.rows:
+            row["scenario_sha256"] = digests[run.spec.scenario_path]
     rows = [row for run in runs for row in run.rows]
     return Evaluation(runs, aggregate(rows), grid_points)
 

@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import csv
+import hashlib
 import itertools
 import json
 import math
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -187,9 +191,38 @@ def test_cli_writes_tables_and_refuses_bad_specs(tiny_path: Path, tmp_path: Path
     assert payload["command"].startswith("pdctl evaluate")
     assert (out / "results.csv").read_text().startswith("policy,scenario,rate_scale,tenant,num_seeds")
     assert "best baseline" in (out / "ranking.md").read_text()
+    # every row names the exact scenario file it was measured on
+    with (out / "results.csv").open(newline="") as handle:
+        digests = {row["scenario_sha256"] for row in csv.DictReader(handle)}
+    assert digests == {hashlib.sha256(tiny_path.read_bytes()).hexdigest()}
     bad = runner.invoke(app, [*args, "--policies", "baseline:nope"])
     assert bad.exit_code == 2
     assert "unknown baseline" in bad.output
+
+
+def test_summaries_refuse_to_compare_results_of_different_scenario_files(tmp_path: Path) -> None:
+    """Two result tables that measured default-1 on different files (a regenerated family) are not compared."""
+    header = "policy,scenario,rate_scale,tenant,weighted_goodput_rps_mean,gpu_seconds_mean,scenario_sha256\n"
+    rules = tmp_path / "rules.csv"
+    rules.write_text(header + "baseline:aggregated,default-1,1.0,ALL,2.0,3600,aaaa\n")
+    same = tmp_path / "same.csv"
+    same.write_text(header + "learned:x,default-1,1.0,ALL,3.0,3600,aaaa\n")
+    other = tmp_path / "other.csv"
+    other.write_text(header + "learned:x,default-1,1.0,ALL,3.0,3600,bbbb\n")
+    script = Path(__file__).resolve().parents[2] / "experiments" / "results" / "families" / "summarize.py"
+    ok = subprocess.run(
+        [sys.executable, str(script), str(rules), str(same), "--policy", "learned:x"], capture_output=True, text=True
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "| learned:x | 1.500 |" in ok.stdout
+    refused = subprocess.run(
+        [sys.executable, str(script), str(rules), str(other), "--policy", "learned:x"], capture_output=True, text=True
+    )
+    assert refused.returncode != 0
+    assert refused.stderr.strip().splitlines() == [
+        f"{other}: scenario default-1 was measured on another file than in {rules} (sha256 bbbb vs aaaa); "
+        "regenerate and re-run one of them"
+    ]
 
 
 @pytest.mark.slow

@@ -17,12 +17,27 @@ from collections import defaultdict
 
 
 def _rows(paths: list[str]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per scenario and policy: goodput and GPU-hours.
+
+    Exits with one line when two files measured a scenario of the same name on different scenario files (the
+    ``scenario_sha256`` column `pdctl evaluate` writes; files without it are not checked): a generator or a
+    performance model that changed in between makes their ratios meaningless.
+    """
     table: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
+    digests: dict[str, tuple[str, str]] = {}
     for path in paths:
         with open(path, newline="") as handle:
             for row in csv.DictReader(handle):
                 if row["tenant"] != "ALL" or float(row.get("rate_scale") or 1.0) != 1.0:
                     continue
+                digest = row.get("scenario_sha256") or ""
+                if digest:
+                    seen = digests.setdefault(row["scenario"], (digest, path))
+                    if seen[0] != digest:
+                        raise SystemExit(
+                            f"{path}: scenario {row['scenario']} was measured on another file than in {seen[1]} "
+                            f"(sha256 {digest[:12]} vs {seen[0][:12]}); regenerate and re-run one of them"
+                        )
                 table[row["scenario"]][row["policy"]] = {
                     "goodput": float(row["weighted_goodput_rps_mean"]),
                     "gpu_h": float(row["gpu_seconds_mean"]) / 3600.0,
