@@ -1,0 +1,56 @@
+"""The default family's validation and test sets are pinned: regenerating them gives the same bytes.
+
+Every issue-18 result table names the scenario files it was measured on (``scenario_sha256``); the family itself
+sets each tenant's rate against the performance model's capacity estimate, so a recalibrated model silently moves
+every generated scenario. This happened once: the issue-20 step model lowered the rates by ~5 %, and tables made on
+the earlier files could no longer be regenerated. This test turns such a change into a failure that says what to do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from env.families import load_family, scenario_yaml
+from env.families.config import ScenarioFamily
+from env.families.generate import scenario_name
+
+ROOT = Path(__file__).resolve().parents[2]
+FAMILY = ROOT / "experiments" / "families" / "default.yaml"
+PINS = {
+    "validation": ROOT / "experiments" / "families" / "default-validation-36.sha256",
+    "test": ROOT / "experiments" / "families" / "default-test-40.sha256",
+}
+
+
+def _pinned(path: Path) -> dict[str, str]:
+    """``sha256sum`` lines: file name → SHA-256."""
+    out: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        digest, name = line.split(maxsplit=1)
+        out[name.strip()] = digest
+    return out
+
+
+def _generated(family: ScenarioFamily, split: str, count: int) -> dict[str, str]:
+    seeds = list(family.split_seeds(split))[:count]
+    return {
+        f"{scenario_name(family, seed)}.yaml": hashlib.sha256(scenario_yaml(family, seed).encode("utf-8")).hexdigest()
+        for seed in seeds
+    }
+
+
+@pytest.mark.parametrize("split", sorted(PINS))
+def test_the_default_familys_evaluation_sets_regenerate_byte_for_byte(split: str) -> None:
+    pinned = _pinned(PINS[split])
+    generated = _generated(load_family(FAMILY), split, len(pinned))
+    changed = sorted(name for name, digest in pinned.items() if generated.get(name) != digest)
+    assert not changed, (
+        f"{len(changed)} of {len(pinned)} {split} scenarios of the default family no longer regenerate as pinned in "
+        f"{PINS[split].name} (first: {changed[0]}). The generator, the family or the performance model behind its "
+        "capacity estimate changed. Every table in experiments/results/families/ measured on the pinned files is now "
+        "unreproducible: regenerate the sets (docs/scenario-families.md, 'Pinned evaluation sets'), re-measure the "
+        "rules and the default policy on them, then update the pin files."
+    )
