@@ -215,6 +215,18 @@ def test_summaries_refuse_to_compare_results_of_different_scenario_files(tmp_pat
     )
     assert ok.returncode == 0, ok.stderr
     assert "| learned:x | 1.500 |" in ok.stdout
+    # a second seed's runs of the same files: pooled with --pool-seeds (mean goodput 2.0 / 2.0 = 1.0)
+    seed1 = tmp_path / "seed1.csv"
+    seed1.write_text(
+        header + "learned:x,default-1,1.0,ALL,1.0,3600,aaaa\nbaseline:aggregated,default-1,1.0,ALL,2.0,3600,aaaa\n"
+    )
+    pooled = subprocess.run(
+        [sys.executable, str(script), str(rules), str(same), str(seed1), "--pool-seeds", "--policy", "learned:x"],
+        capture_output=True,
+        text=True,
+    )
+    assert pooled.returncode == 0, pooled.stderr
+    assert "| learned:x | 1.000 |" in pooled.stdout
     refused = subprocess.run(
         [sys.executable, str(script), str(rules), str(other), "--policy", "learned:x"], capture_output=True, text=True
     )

@@ -1,6 +1,7 @@
 """Summarise `pdctl evaluate` runs on a generated scenario family against its rules (issue 18's yardsticks).
 
 Usage: python experiments/results/families/summarize.py RESULTS.csv [RESULTS.csv ...] --policy SPEC [--policy SPEC]
+       [--pool-seeds]
 
 Reads the per-scenario ALL rows (mean over seeds) of every given results.csv, takes every `baseline:` / `file:`
 policy as a rule, and prints, per policy named with --policy: its priority-weighted goodput against the
@@ -16,14 +17,18 @@ import math
 from collections import defaultdict
 
 
-def _rows(paths: list[str]) -> dict[str, dict[str, dict[str, float]]]:
+def _rows(paths: list[str], pool_seeds: bool = False) -> dict[str, dict[str, dict[str, float]]]:
     """Per scenario and policy: goodput and GPU-hours.
+
+    With ``pool_seeds``, a (scenario, policy) pair found in several files (runs on other seeds) gets the mean over
+    all their seeds (weighted by ``num_seeds``); without it, the last file's row stands.
 
     Exits with one line when two files measured a scenario of the same name on different scenario files (the
     ``scenario_sha256`` column `pdctl evaluate` writes; files without it are not checked): a generator or a
     performance model that changed in between makes their ratios meaningless.
     """
     table: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
+    seeds: dict[tuple[str, str], float] = {}
     digests: dict[str, tuple[str, str]] = {}
     for path in paths:
         with open(path, newline="") as handle:
@@ -38,10 +43,17 @@ def _rows(paths: list[str]) -> dict[str, dict[str, dict[str, float]]]:
                             f"{path}: scenario {row['scenario']} was measured on another file than in {seen[1]} "
                             f"(sha256 {digest[:12]} vs {seen[0][:12]}); regenerate and re-run one of them"
                         )
-                table[row["scenario"]][row["policy"]] = {
-                    "goodput": float(row["weighted_goodput_rps_mean"]),
-                    "gpu_h": float(row["gpu_seconds_mean"]) / 3600.0,
-                }
+                goodput = float(row["weighted_goodput_rps_mean"])
+                gpu_h = float(row["gpu_seconds_mean"]) / 3600.0
+                key = (row["scenario"], row["policy"])
+                n = float(row.get("num_seeds") or 1)
+                if pool_seeds and key in seeds:
+                    before, m = table[key[0]][key[1]], seeds[key]
+                    goodput = (before["goodput"] * m + goodput * n) / (m + n)
+                    gpu_h = (before["gpu_h"] * m + gpu_h * n) / (m + n)
+                    n += m
+                seeds[key] = n
+                table[row["scenario"]][row["policy"]] = {"goodput": goodput, "gpu_h": gpu_h}
     return table
 
 
@@ -54,8 +66,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("results", nargs="+")
     parser.add_argument("--policy", action="append", default=[])
+    parser.add_argument(
+        "--pool-seeds", action="store_true", help="average a scenario and policy found in several files (other seeds)"
+    )
     args = parser.parse_args()
-    table = _rows(args.results)
+    table = _rows(args.results, args.pool_seeds)
     is_rule = ("baseline:", "file:")
     scenarios = sorted(
         s for s, by in table.items() if all(p in by for p in args.policy) and any(p.startswith(is_rule) for p in by)
