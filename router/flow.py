@@ -168,9 +168,7 @@ class RequestFlow:
     def count_rejected(self, request: web.Request) -> None:
         """Count a data-API request refused for its body (``400``/``413``, :func:`router.limits.bounded_input`)."""
         headers = request.headers
-        authorization = headers.get("Authorization")
-        api_key = authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else None
-        tenant = self._policy().resolved.identify_tenant(headers.get("X-Tenant-Id"), api_key, "")
+        tenant = self._policy().resolved.identify_tenant(headers.get("X-Tenant-Id"), _bearer_key(headers), "")
         self.metrics.rejected(tenant)
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
@@ -184,7 +182,7 @@ class RequestFlow:
         headers = request.headers
         request_id = headers.get("X-Request-Id") or uuid.uuid4().hex
         authorization = headers.get("Authorization")
-        api_key = authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else None
+        api_key = _bearer_key(headers)
         counted = await self._count_tokens(body) if self._tokenize_remotely else None
         resolved = self._policy().resolved
         plan = self.planner.plan(body, resolved, request_id, headers.get("X-Tenant-Id"), api_key, arrival, counted)
@@ -538,3 +536,9 @@ class RequestFlow:
         rec.stages["first_token_emit_time"] = end - start
         rec.output_tokens = completion_tokens(payload)
         return web.Response(body=payload, status=status, content_type="application/json")
+
+
+def _bearer_key(headers: Mapping[str, str]) -> str | None:
+    """The API key of an ``Authorization: Bearer KEY`` header (tenant identification), else ``None``."""
+    authorization = headers.get("Authorization")
+    return authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else None
