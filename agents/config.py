@@ -276,6 +276,9 @@ class SelectorConfig(_Strict, SelectorBehaviour):
     """The first so many scenarios of the family's training split; every rule runs every one."""
     seeds: Annotated[list[Annotated[int, Field(ge=0, lt=TRAIN_SEED_LIMIT)]], Field(min_length=1)] = [0]
     hidden_width: Annotated[int, Field(ge=1, le=1024)] = 64
+    ensemble_members: Annotated[int, Field(ge=1, le=16)] = 1
+    """Networks fitted on the same data from seeds ``seed``, ``seed + 1``, …; the selector scores a rule by their
+    mean predicted goodput ratio (:class:`policies.rule_selector.SelectorNetwork`)."""
     epochs: Annotated[int, Field(ge=1)] = 20
     learning_rate: Annotated[float, Field(gt=0)] = 1e-3
     weight_decay: Annotated[float, Field(ge=0)] = 1e-3

@@ -17,11 +17,12 @@ import numpy as np
 import torch
 from safetensors.numpy import save_file
 
+from agents.config import SelectorConfig
 from agents.selector_data import SelectorDataset
 from policies.learned import MANIFEST_NAME, WEIGHTS_NAME
-from policies.rule_selector import GROUP_INPUT_WIDTH, UNVARIED_SCALE, SelectorManifest
+from policies.rule_selector import GROUP_INPUT_WIDTH, UNVARIED_SCALE, SelectorManifest, SelectorNetwork
 
-__all__ = ["FitResult", "export_selector", "fit_selector"]
+__all__ = ["FitResult", "export_selector", "fit_recipe", "fit_selector"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +45,45 @@ def fit_selector(
     batch_size: int,
     seed: int,
     loss: str = "ratio",
+    members: int = 1,
 ) -> FitResult:
-    """Fit the selector network to ``data`` (module docstring)."""
+    """Fit the selector network to ``data`` (module docstring).
+
+    With ``members`` > 1, that many networks are fitted from seeds ``seed``, ``seed + 1``, …, and their tensors
+    are returned under the ``m{k}.`` prefixes :class:`policies.rule_selector.SelectorNetwork` reads as an
+    ensemble; the losses are the members' mean per epoch, the agreement the ensemble's.
+    """
+    if members < 1:
+        raise ValueError(f"members must be >= 1, got {members}")
+    hyper = _Hyper(hidden_width, epochs, learning_rate, weight_decay, batch_size, loss)
+    fits = [_fit_one(data, hyper, seed + k) for k in range(members)]
+    if members == 1:
+        return fits[0]
+    tensors = {f"m{k}.{name}": value for k, fit in enumerate(fits) for name, value in fit.tensors.items()}
+    network = SelectorNetwork.from_tensors(tensors, data.ratios.shape[1])
+    labels = data.targets if loss == "soft_best" else data.ratios
+    agree = network.scores(data.inputs).argmax(1) == labels.argmax(1)
+    agreement = float((agree * data.weights).sum() / data.weights.sum())
+    losses = [float(np.mean([fit.losses[e] for fit in fits])) for e in range(epochs)]
+    return FitResult(tensors, losses, agreement)
+
+
+@dataclass(frozen=True, slots=True)
+class _Hyper:
+    """:func:`fit_selector`'s settings for every member."""
+
+    hidden_width: int
+    epochs: int
+    learning_rate: float
+    weight_decay: float
+    batch_size: int
+    loss: str
+
+
+def _fit_one(data: SelectorDataset, hyper: _Hyper, seed: int) -> FitResult:
+    """One network (the arithmetic :func:`fit_selector` describes)."""
+    hidden_width, epochs, loss, batch_size = hyper.hidden_width, hyper.epochs, hyper.loss, hyper.batch_size
+    learning_rate, weight_decay = hyper.learning_rate, hyper.weight_decay
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     x = torch.from_numpy(data.inputs)
@@ -94,6 +132,21 @@ def fit_selector(
         tensors[f"{name}.weight"] = layer.weight.detach().numpy().astype(np.float32).copy()
         tensors[f"{name}.bias"] = layer.bias.detach().numpy().astype(np.float32).copy()
     return FitResult(tensors, losses, agreement)
+
+
+def fit_recipe(data: SelectorDataset, selector: SelectorConfig, seed: int) -> FitResult:
+    """:func:`fit_selector` with a recipe's settings (its ``selector`` section) and the experiment's seed."""
+    return fit_selector(
+        data,
+        hidden_width=selector.hidden_width,
+        epochs=selector.epochs,
+        learning_rate=selector.learning_rate,
+        weight_decay=selector.weight_decay,
+        batch_size=selector.batch_size,
+        seed=seed,
+        loss=selector.loss,
+        members=selector.ensemble_members,
+    )
 
 
 def export_selector(out: Path, tensors: Mapping[str, np.ndarray], manifest: SelectorManifest) -> Path:

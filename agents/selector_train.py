@@ -32,7 +32,7 @@ from agents.config import ExperimentConfig
 from agents.evaluate import evaluate_policies
 from agents.registry import log_evidence, register_policy, training_evidence, training_run
 from agents.selector_data import ROLLOUT_CACHE_NAME, RolloutTask, cached_rollouts, selector_targets
-from agents.selector_fit import export_selector, fit_selector
+from agents.selector_fit import export_selector, fit_recipe
 from agents.set_training import family_split_paths, held_out_paths, scenario_source
 from agents.tracking import git_commit, run_name
 from env.set_env import FamilyDraw
@@ -126,16 +126,7 @@ def train_selector(
             window_intervals=selector.label_window_intervals,
             share_transfer=selector.share_transfer,
         )
-        fit = fit_selector(
-            data,
-            hidden_width=selector.hidden_width,
-            epochs=selector.epochs,
-            learning_rate=selector.learning_rate,
-            weight_decay=selector.weight_decay,
-            batch_size=selector.batch_size,
-            seed=config.seed,
-            loss=selector.loss,
-        )
+        fit = fit_recipe(data, selector, config.seed)
         wall_s = rollout_s + time.perf_counter() - fit_start  # a run from scratch, also when the rollouts were cached
         for epoch, loss in enumerate(fit.losses):
             mlflow.log_metric("selector/loss", loss, step=epoch)
@@ -153,6 +144,7 @@ def train_selector(
             feature_hash=set_feature_hash(),
             rules=list(selector.rules),
             hidden_width=selector.hidden_width,
+            ensemble_members=selector.ensemble_members,
             **selector.behaviour(),
             algorithm=f"rule_selector/{selector.loss}",
             mlflow_run_id=run_id,

@@ -182,6 +182,8 @@ class SelectorManifest(SelectorBehaviour):
     rules: list[str] = Field(min_length=2)
     """Baseline names (``policies.baselines``), in the network's output order; the first acts at the start."""
     hidden_width: int = Field(ge=1)
+    ensemble_members: int = Field(default=1, ge=1, le=16)
+    """Networks in the weights file (:class:`SelectorNetwork`)."""
     algorithm: str = ""
     mlflow_run_id: str | None = None
     git_commit: str | None = None
@@ -201,58 +203,96 @@ class SelectorManifest(SelectorBehaviour):
 
 @dataclass(frozen=True)
 class SelectorNetwork:
-    """Input standardisation, two ReLU layers and one score per rule, in numpy."""
+    """One or more members, each input standardisation, two ReLU layers and one score per rule, in numpy.
 
-    tensors: Mapping[str, np.ndarray]
+    A single network's tensors are named :data:`TENSOR_NAMES`; an ensemble of *K* members (fitted on the same data
+    from *K* seeds) names member *k*'s ``m{k}.`` + those names, and scores a rule by the mean of the members'
+    predicted goodput ratios (:meth:`scores`).
+    """
+
+    members: tuple[Mapping[str, np.ndarray], ...]
 
     @classmethod
     def from_tensors(cls, tensors: Mapping[str, np.ndarray], num_rules: int) -> SelectorNetwork:
-        """Check names and shapes against :data:`TENSOR_NAMES` and ``num_rules``.
+        """Check names and shapes against :data:`TENSOR_NAMES` (per member) and ``num_rules``.
 
         Raises:
-            ValueError: a tensor is missing, extra or of the wrong shape (one line naming it).
+            ValueError: a tensor is missing, extra or of the wrong shape, or the members differ in width (one line
+                naming it).
         """
-        missing = [n for n in TENSOR_NAMES if n not in tensors]
-        extra = sorted(set(tensors) - set(TENSOR_NAMES))
+        if all(name in tensors for name in TENSOR_NAMES) or not any(k.startswith("m0.") for k in tensors):
+            prefixes = [""]
+        else:
+            count = 0
+            while any(k.startswith(f"m{count}.") for k in tensors):
+                count += 1
+            prefixes = [f"m{k}." for k in range(count)]
+        wanted = [p + n for p in prefixes for n in TENSOR_NAMES]
+        missing = [n for n in wanted if n not in tensors]
+        extra = sorted(set(tensors) - set(wanted))
         if missing or extra:
             raise ValueError(f"tensors: missing {missing or 'none'}, unexpected {extra or 'none'}")
-        t = {n: np.asarray(tensors[n], dtype=np.float32) for n in TENSOR_NAMES}
-        width = t["hidden0.weight"].shape[0]
-        want = {
-            "input.mean": (GROUP_INPUT_WIDTH,),
-            "input.scale": (GROUP_INPUT_WIDTH,),
-            "hidden0.weight": (width, GROUP_INPUT_WIDTH),
-            "hidden0.bias": (width,),
-            "hidden1.weight": (width, width),
-            "hidden1.bias": (width,),
-            "out.weight": (num_rules, width),
-            "out.bias": (num_rules,),
-        }
-        for name, shape in want.items():
-            if t[name].shape != shape:
-                raise ValueError(f"tensor {name}: shape {t[name].shape}, expected {shape}")
-        return cls(t)
+        members = []
+        for prefix in prefixes:
+            t = {n: np.asarray(tensors[prefix + n], dtype=np.float32) for n in TENSOR_NAMES}
+            width = t["hidden0.weight"].shape[0]
+            want = {
+                "input.mean": (GROUP_INPUT_WIDTH,),
+                "input.scale": (GROUP_INPUT_WIDTH,),
+                "hidden0.weight": (width, GROUP_INPUT_WIDTH),
+                "hidden0.bias": (width,),
+                "hidden1.weight": (width, width),
+                "hidden1.bias": (width,),
+                "out.weight": (num_rules, width),
+                "out.bias": (num_rules,),
+            }
+            for name, shape in want.items():
+                if t[name].shape != shape:
+                    raise ValueError(f"tensor {prefix}{name}: shape {t[name].shape}, expected {shape}")
+            members.append(t)
+        widths = {int(m["hidden0.weight"].shape[0]) for m in members}
+        if len(widths) > 1:
+            raise ValueError(f"tensors: members of different widths {sorted(widths)}")
+        return cls(tuple(members))
 
     @property
     def hidden_width(self) -> int:
-        """Units per hidden layer."""
-        return int(self.tensors["hidden0.weight"].shape[0])
+        """Units per hidden layer (every member's)."""
+        return int(self.members[0]["hidden0.weight"].shape[0])
+
+    @property
+    def num_members(self) -> int:
+        """Networks in the ensemble (1: a single network)."""
+        return len(self.members)
 
     def scores(self, inputs: np.ndarray) -> np.ndarray:
         """Rule scores (logits) ``[groups, rules]`` for group inputs ``[groups, GROUP_INPUT_WIDTH]``.
+
+        A single network's scores are its outputs. An ensemble's are the logit of the mean over members of the
+        sigmoid of each member's outputs (the goodput ratio each predicts, as it was fitted), so the best-scored
+        rule is the one of best mean predicted ratio.
 
         An input that never varied in training (its scale at :data:`UNVARIED_SCALE`) is held at its training
         value: the network learned nothing from it, and standardised by that scale any live difference would be
         a thousandfold (measured on the live demo: the tenants' prefix-hit fraction, never known in the
         simulator, is known live, and the scores went from about 7 to -1,018 … 374).
         """
-        t = self.tensors
-        x = (np.asarray(inputs, dtype=np.float32) - t["input.mean"]) / t["input.scale"]
-        x = np.where(t["input.scale"] <= UNVARIED_SCALE * 1.0001, np.float32(0.0), x)
-        h = np.maximum(x @ t["hidden0.weight"].T + t["hidden0.bias"], 0.0)
-        h = np.maximum(h @ t["hidden1.weight"].T + t["hidden1.bias"], 0.0)
-        out: np.ndarray = h @ t["out.weight"].T + t["out.bias"]
+        outs = [_member_scores(t, inputs) for t in self.members]
+        if len(outs) == 1:
+            return outs[0]
+        ratio = np.mean([1.0 / (1.0 + np.exp(-o.astype(np.float64))) for o in outs], axis=0)
+        ratio = np.clip(ratio, 1e-12, 1.0 - 1e-12)
+        out: np.ndarray = np.log(ratio / (1.0 - ratio))
         return out
+
+
+def _member_scores(t: Mapping[str, np.ndarray], inputs: np.ndarray) -> np.ndarray:
+    x = (np.asarray(inputs, dtype=np.float32) - t["input.mean"]) / t["input.scale"]
+    x = np.where(t["input.scale"] <= UNVARIED_SCALE * 1.0001, np.float32(0.0), x)
+    h = np.maximum(x @ t["hidden0.weight"].T + t["hidden0.bias"], 0.0)
+    h = np.maximum(h @ t["hidden1.weight"].T + t["hidden1.bias"], 0.0)
+    out: np.ndarray = h @ t["out.weight"].T + t["out.bias"]
+    return out
 
 
 _GROUP_RATE = [f.name for f in SET_GROUP_FEATURES].index("request_rate_per_instance")
@@ -376,6 +416,11 @@ class RuleSelector:
             raise PolicyLoadError(
                 f"{root / MANIFEST_NAME}: hidden_width: {manifest.hidden_width}, the weights have "
                 f"{network.hidden_width}"
+            )
+        if network.num_members != manifest.ensemble_members:
+            raise PolicyLoadError(
+                f"{root / MANIFEST_NAME}: ensemble_members: {manifest.ensemble_members}, the weights have "
+                f"{network.num_members}"
             )
         return cls(manifest=manifest, network=network, source=str(root))
 

@@ -167,6 +167,34 @@ def test_the_numpy_runtime_picks_what_the_fit_learned_on_separable_data(loss: st
     assert fit.agreement_frac == pytest.approx(1.0)
 
 
+def test_an_ensemble_fit_is_its_members_fits_and_scores_by_their_mean_predicted_ratio() -> None:
+    rollouts = []
+    for i in range(12):
+        high = i % 2 == 1
+        x = _inputs(1.0 if high else 0.0)
+        rollouts += [
+            _rollout(f"g{i}", "dynamo-legacy", 1.0 if not high else 0.2, x),
+            _rollout(f"g{i}", "aggregated", 1.0 if high else 0.1, x),
+        ]
+    data = selector_targets(rollouts, RULES, 0.05)
+    kwargs = {"hidden_width": 8, "epochs": 30, "learning_rate": 1e-2, "weight_decay": 0.0, "batch_size": 16}
+    ensemble = fit_selector(data, seed=3, members=2, **kwargs)  # type: ignore[arg-type]
+    singles = [fit_selector(data, seed=s, **kwargs) for s in (3, 4)]  # type: ignore[arg-type]
+    for k, single in enumerate(singles):  # member k is the single fit from seed 3 + k, tensor for tensor
+        for name, value in single.tensors.items():
+            np.testing.assert_array_equal(ensemble.tensors[f"m{k}.{name}"], value)
+    network = SelectorNetwork.from_tensors(ensemble.tensors, len(RULES))
+    assert network.num_members == 2
+    x = np.vstack([_inputs(1.0, 1), _inputs(0.0, 1)])
+    members = [SelectorNetwork.from_tensors(s.tensors, len(RULES)).scores(x) for s in singles]
+    mean_ratio = np.mean([1.0 / (1.0 + np.exp(-m.astype(np.float64))) for m in members], axis=0)
+    np.testing.assert_allclose(1.0 / (1.0 + np.exp(-network.scores(x))), mean_ratio, rtol=1e-6)
+    assert list(network.scores(x).argmax(1)) == [1, 0]
+    assert ensemble.agreement_frac == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="members must be >= 1"):
+        fit_selector(data, seed=0, members=0, **kwargs)  # type: ignore[arg-type]
+
+
 # ------------------------------------------------------------------------------------------- rollouts
 
 

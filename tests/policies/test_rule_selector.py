@@ -419,16 +419,51 @@ def test_an_exported_selector_loads_through_the_one_loader_and_the_learned_spec(
 def test_a_bad_artifact_is_refused_in_one_line_naming_the_file_and_field(
     tmp_path: Path, manifest: dict[str, object], tensors: dict[str, np.ndarray] | None, message: str
 ) -> None:
+    assert message in _refusal(tmp_path, manifest, {**_tensors(), **(tensors or {})})
+
+
+def _refusal(tmp_path: Path, manifest: dict[str, object], weights: dict[str, np.ndarray]) -> str:
+    """The one-line error loading an artifact of the test manifest with ``manifest``'s fields and ``weights``."""
     fields = _manifest().model_dump(mode="json")
     fields.update(manifest)
-    weights = {**_tensors(), **(tensors or {})}
     path = _write(tmp_path / "bad", fields, weights)
     with pytest.raises(PolicyLoadError) as err:
         RuleSelector.load(path)
     text = str(err.value)
     assert "\n" not in text
     assert str(path) in text
-    assert message in text
+    return text
+
+
+def _two_members(second: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    first = _tensors()
+    return {**{f"m0.{k}": v for k, v in first.items()}, **{f"m1.{k}": v for k, v in (second or first).items()}}
+
+
+def test_an_ensemble_artifact_loads_and_decides_as_its_members_agree(tmp_path: Path) -> None:
+    path = _write(tmp_path / "ens", _manifest(ensemble_members=2).model_dump(mode="json"), _two_members())
+    ensemble = RuleSelector.load(path)
+    assert ensemble.network.num_members == 2
+    single = _selector()
+    pools = {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)}
+    for _ in range(2):
+        assert _decide(ensemble, pools).thresholds == _decide(single, pools).thresholds
+    assert ensemble.chosen_rules() == single.chosen_rules() == {"hot": "aggregated", "cool": "dynamo-legacy"}
+
+
+@pytest.mark.parametrize(
+    ("manifest", "tensors", "message"),
+    [
+        ({"ensemble_members": 1}, _two_members(), "ensemble_members: 1, the weights have 2"),
+        ({"ensemble_members": 3}, _two_members(), "ensemble_members: 3, the weights have 2"),
+        ({"ensemble_members": 2}, _two_members(_tensors(width=8)), "members of different widths [4, 8]"),
+        ({"ensemble_members": 2}, {"m0.input.mean": np.zeros(1, dtype=np.float32)}, "missing ['m0.input.scale'"),
+    ],
+)
+def test_a_bad_ensemble_artifact_is_refused_in_one_line_naming_the_file_and_field(
+    tmp_path: Path, manifest: dict[str, object], tensors: dict[str, np.ndarray], message: str
+) -> None:
+    assert message in _refusal(tmp_path, manifest, tensors)
 
 
 # ------------------------------------------------------------------------------------------- the shipped selector
