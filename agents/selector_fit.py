@@ -82,33 +82,31 @@ class _Hyper:
 
 def _fit_one(data: SelectorDataset, hyper: _Hyper, seed: int) -> FitResult:
     """One network (the arithmetic :func:`fit_selector` describes)."""
-    hidden_width, epochs, loss, batch_size = hyper.hidden_width, hyper.epochs, hyper.loss, hyper.batch_size
-    learning_rate, weight_decay = hyper.learning_rate, hyper.weight_decay
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     x = torch.from_numpy(data.inputs)
-    y = torch.from_numpy(data.targets if loss == "soft_best" else data.ratios)
+    y = torch.from_numpy(data.targets if hyper.loss == "soft_best" else data.ratios)
     w = torch.from_numpy(data.weights)
     mean = x.mean(0)
     scale = x.std(0).clamp_min(UNVARIED_SCALE)  # the runtime holds inputs at this scale still
     rules = y.shape[1]
     net = torch.nn.Sequential(
-        torch.nn.Linear(GROUP_INPUT_WIDTH, hidden_width),
+        torch.nn.Linear(GROUP_INPUT_WIDTH, hyper.hidden_width),
         torch.nn.ReLU(),
-        torch.nn.Linear(hidden_width, hidden_width),
+        torch.nn.Linear(hyper.hidden_width, hyper.hidden_width),
         torch.nn.ReLU(),
-        torch.nn.Linear(hidden_width, rules),
+        torch.nn.Linear(hyper.hidden_width, rules),
     )
-    optimiser = torch.optim.AdamW(net.parameters(), lr=learning_rate, weight_decay=weight_decay)
+    optimiser = torch.optim.AdamW(net.parameters(), lr=hyper.learning_rate, weight_decay=hyper.weight_decay)
     xs = (x - mean) / scale
     losses: list[float] = []
-    for _ in range(epochs):
+    for _ in range(hyper.epochs):
         order = torch.randperm(len(xs), generator=generator)
         total = 0.0
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
+        for start in range(0, len(order), hyper.batch_size):
+            idx = order[start : start + hyper.batch_size]
             logits = net(xs[idx])
-            if loss == "soft_best":
+            if hyper.loss == "soft_best":
                 per_sample = -(y[idx] * torch.log_softmax(logits, dim=1)).sum(1)
             else:
                 per_sample = torch.nn.functional.binary_cross_entropy_with_logits(
