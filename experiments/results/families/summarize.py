@@ -1,12 +1,16 @@
 """Summarise `pdctl evaluate` runs on a generated scenario family against its rules (issue 18's yardsticks).
 
 Usage: python experiments/results/families/summarize.py RESULTS.csv [RESULTS.csv ...] --policy SPEC [--policy SPEC]
-       [--pool-seeds]
+       [--pool-seeds] [--versus SPEC]
 
 Reads the per-scenario ALL rows (mean over seeds) of every given results.csv, takes every `baseline:` / `file:`
 policy as a rule, and prints, per policy named with --policy: its priority-weighted goodput against the
 per-scenario best rule (floor = the lowest ratio, share of scenarios at >= 1.0x) and against the single rule that
 is best over the whole set (geometric mean of ratios to the per-scenario best), and GPU-hours side by side.
+
+With ``--versus SPEC``, every other --policy is also compared with SPEC scenario by scenario: the geometric-mean
+goodput ratio with a 95 % bootstrap interval over scenarios (:func:`agents.paired.paired_ratio`, seed 0). A
+difference whose interval straddles 1.0 is one these scenarios cannot tell from noise.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import argparse
 import csv
 import math
 from collections import defaultdict
+
+from agents.paired import paired_ratio
 
 
 def _rows(paths: list[str], pool_seeds: bool = False) -> dict[str, dict[str, dict[str, float]]]:
@@ -69,7 +75,10 @@ def main() -> None:
     parser.add_argument(
         "--pool-seeds", action="store_true", help="average a scenario and policy found in several files (other seeds)"
     )
+    parser.add_argument("--versus", help="compare every other --policy with this one, scenario by scenario")
     args = parser.parse_args()
+    if args.versus and args.versus not in args.policy:
+        args.policy.append(args.versus)
     table = _rows(args.results, args.pool_seeds)
     is_rule = ("baseline:", "file:")
     scenarios = sorted(
@@ -104,6 +113,13 @@ def main() -> None:
         "\nper-scenario best rule:",
         dict(sorted(defaultdict(int, {r: sum(best[s] == r for s in scenarios) for r in rules}).items())),
     )
+    if args.versus:
+        base = {s: table[s][args.versus]["goodput"] for s in scenarios}
+        print(f"\npaired against {args.versus} (goodput ratio, geometric mean over scenarios):")
+        for p in args.policy:
+            if p != args.versus:
+                versus = paired_ratio({s: table[s][p]["goodput"] for s in scenarios}, base)
+                print(f"- {p}: {versus.describe(0.95)}")
 
 
 if __name__ == "__main__":
