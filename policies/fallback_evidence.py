@@ -7,6 +7,8 @@ achieve, in the windows it decided, at a comparable **offered load relative to t
 
     load_rps_per_instance = Σ tenants request_rate_rps / Σ groups running instances (prefill + decode)
 
+(over the groups the watchdog judges, and their tenants: it keeps one record per such population).
+
 :class:`FallbackRecord` keeps the last ``max_windows`` such (load, attainment) pairs; :meth:`FallbackRecord.estimate`
 answers, for the load of the window being judged, the mean attainment of the recorded windows whose load is
 within ``tolerance_frac`` of it (a ratio: ``1 / (1 + t) <= load_i / load <= 1 + t``), or ``None`` when fewer than

@@ -53,13 +53,22 @@ tenants of the other groups only:
   default-10023).
 
 The judged tenants are held to the same bar. When no group with a known tenant is left, the window is not judged.
+
+**Like with like.** The groups a judged window covers are its *population*, and every comparison stays within
+one: the window's load is the offered load per instance of those groups, the fallback's record is kept per
+population (the windows of a hold count for the population whose streak tripped it), and the hand-back compares
+the fallback's windows on that population with the primary's that tripped. A fallback judged on the whole cluster
+would be flattered by the groups the primary ran well, its hold never cut short and its record setting bars the
+failing group could never reach (traced on validation default-10011). With one tenant group, or none left out,
+the population is the cluster.
 The failing streak ends whenever the set of groups left out changes: the population judged next is another. And
 when a streak would trip the watchdog while the primary now decides, in the groups judged, exactly as the fallback
 would, it does not trip: a hand-over would change nothing but stop the primary from moving on.
 
 **Hand-back.** A hold is cut short when the fallback is doing no better: once it has decided
 ``handback_windows`` windows after its first (which still carries the primary's backlog), and their mean attainment
-is not above the mean of the windows that tripped the watchdog plus ``fallback_margin_frac``, the primary decides
+on the groups that tripped it is not above the mean of the windows that tripped the watchdog plus
+``fallback_margin_frac``, the primary decides
 again (its reason then ends ``[primary back: …]``). What the fallback achieved stays on record as evidence, so the
 same primary is not handed over again at that load. A primary that raised serves its whole hold.
 
@@ -122,7 +131,8 @@ class WatchdogParams:
             window's count as comparable (default 0.25: from 1/1.25 to 1.25 times the load).
         min_evidence_windows: comparable fallback windows needed before the estimate replaces the floor
             (default 3).
-        max_evidence_windows: fallback windows remembered, the oldest dropped first (default 512; bounds memory).
+        max_evidence_windows: fallback windows remembered per population judged, the oldest dropped first (default
+            512; bounds memory).
         handback_windows: during a hold, once the fallback has decided this many windows (after its first, which
             still carries the primary's backlog), hand control back early when their mean attainment is not above
             the attainment of the windows that tripped the watchdog plus ``fallback_margin_frac``: the fallback is
@@ -290,6 +300,25 @@ class BudgetSplit:
         return PoolTargets(prefill, decode)
 
 
+def _all_groups(context: PolicyContext) -> frozenset[str]:
+    return frozenset(g.name for g in context.groups)
+
+
+def _population_numbers(
+    observation: Observation, context: PolicyContext, groups: frozenset[str]
+) -> tuple[float | None, float | None]:
+    """Weighted attainment and offered load per instance over the tenants and pools of ``groups`` only."""
+    if groups == _all_groups(context):
+        return weighted_attainment(observation, context), offered_load_rps_per_instance(observation, context)
+    grouped = context.grouped()
+    part = replace(
+        grouped,
+        tenants=tuple(t for t in grouped.tenants if t.group in groups),
+        current_pools={g: pools for g, pools in context.current_pools.items() if g in groups},
+    )
+    return weighted_attainment(observation, part), offered_load_rps_per_instance(observation, part)
+
+
 def _left_out(groups: frozenset[str]) -> str:
     """`` without moving groups a, b`` for decision reasons, or nothing."""
     return f" without moving groups {', '.join(sorted(groups))}" if groups else ""
@@ -322,7 +351,10 @@ class SloWatchdog:
         self._restore_splits: dict[str, BudgetSplit] | None = None
         self._primary_decided_last = False
         self._fallback_decided_last = False
-        self._evidence = FallbackRecord(self.params.max_evidence_windows)
+        # the fallback's record per population judged (the groups whose tenants a judged window covers): a primary
+        # judged on some groups is held to what the fallback achieved on those same groups
+        self._evidence: dict[frozenset[str], FallbackRecord] = {}
+        self._hold_groups: frozenset[str] | None = None  # the population that tripped the watchdog (None: all)
         self._streak_attainment: list[float] = []  # the failing windows of the current streak
         self._tripped_at_frac: float | None = None  # their mean when the watchdog last tripped
         self._hold_attainment: list[float] = []  # the fallback's windows in the current hold
@@ -343,11 +375,8 @@ class SloWatchdog:
         p = self.params
         s = self.state
         attainment = weighted_attainment(observation, context)
-        load = offered_load_rps_per_instance(observation, context)
-        if self._fallback_decided_last and attainment is not None and load is not None:
-            self._evidence.add(load, attainment)
-        if self._fallback_decided_last and attainment is not None:
-            self._hold_attainment.append(attainment)
+        if self._fallback_decided_last:
+            self._record_fallback_window(observation, context)
         streak, hold, trips = s.failing_streak, s.hold_left_intervals, s.trips
         reason = ""
         tripped = False
@@ -364,7 +393,7 @@ class SloWatchdog:
             hold -= 1
             reason = f"watchdog: fallback {self.fallback.policy_id} (trip {trips}, {hold} intervals left)"
         else:
-            streak, verdict, settling, judged = self._judge(observation, context, attainment, load, streak)
+            streak, verdict, settling, judged = self._judge(observation, context, attainment, streak)
             if streak >= p.trigger_intervals and verdict is not None and judged is not None:
                 primary_decision = self._primary_as_fallback(observation, context, settling | self._as_fallback)
             if primary_decision is not None:  # handing over would change nothing
@@ -393,7 +422,7 @@ class SloWatchdog:
             fallback_estimate_frac=None
             if verdict is None or verdict.estimate is None
             else verdict.estimate.attainment_frac,
-            evidence_windows=len(self._evidence),
+            evidence_windows=sum(len(record) for record in self._evidence.values()),
             settling=bool(settling) and verdict is None,
             settling_groups=tuple(sorted(settling)),
         )
@@ -420,7 +449,6 @@ class SloWatchdog:
         observation: Observation,
         context: PolicyContext,
         attainment: float | None,
-        load: float | None,
         streak: int,
     ) -> tuple[int, Verdict | None, frozenset[str], float | None]:
         """Judge one window under the primary.
@@ -435,27 +463,44 @@ class SloWatchdog:
         if left_out != self._left_out_before:  # another population is judged from here on
             streak, self._streak_attainment = 0, []
         self._left_out_before = left_out
-        judged: float | None = attainment
-        if left_out:
-            context = context.grouped()
-            judged = weighted_attainment(
-                observation, replace(context, tenants=tuple(t for t in context.tenants if t.group not in left_out))
-            )
+        population = _all_groups(context) - left_out
+        judged, load = _population_numbers(observation, context, population)
         if judged is None:  # every group with a known tenant is moving or ran as the fallback would: nothing judged
             return 0, None, settling, None
         p = self.params
         estimate = None
-        if load is not None:
-            estimate = self._evidence.estimate(
-                load, tolerance_frac=p.load_tolerance_frac, min_windows=p.min_evidence_windows
-            )
+        record = self._evidence.get(population)
+        if load is not None and record is not None:
+            estimate = record.estimate(load, tolerance_frac=p.load_tolerance_frac, min_windows=p.min_evidence_windows)
             if estimate is None:  # the fallback under lighter load bounds it above: it may lower the floor
-                ceiling = self._evidence.ceiling(load, min_windows=p.min_evidence_windows)
+                ceiling = record.ceiling(load, min_windows=p.min_evidence_windows)
                 if ceiling is not None and ceiling.attainment_frac - p.fallback_margin_frac < p.min_attainment_frac:
                     estimate = ceiling
         verdict = judge(judged, estimate, p)
         self._streak_attainment = [*self._streak_attainment, judged] if verdict.failing else []
+        if verdict.failing:
+            self._hold_groups = population  # a trip on this streak hands over what failed here
         return (streak + 1 if verdict.failing else 0), verdict, settling, judged
+
+    def _record_fallback_window(self, observation: Observation, context: PolicyContext) -> None:
+        """Record a window the fallback decided, on the population whose failure handed it control.
+
+        Its attainment joins the hold's (for the hand-back) and, with its load, the fallback's record for that
+        population: both are compared later with the primary's windows on the same groups, never with the
+        cluster's, where groups the primary ran well would flatter the fallback (traced on validation
+        default-10011: a 2 + 2 group failing at 0.00 under the primary, the fallback at 0.27-0.74 over the whole
+        cluster, so never found no better, and a bar of 0.59 from the cluster's record held against that group).
+        """
+        population = _all_groups(context) if self._hold_groups is None else self._hold_groups
+        attainment, load = _population_numbers(observation, context, population)
+        if attainment is None:
+            return
+        self._hold_attainment.append(attainment)
+        if load is not None:
+            record = self._evidence.get(population)
+            if record is None:
+                record = self._evidence[population] = FallbackRecord(self.params.max_evidence_windows)
+            record.add(load, attainment)
 
     def _fallback_action(self, observation: Observation, context: PolicyContext, reason: str) -> ControlAction:
         """The fallback's decision, with every group it asks no pool change for sent back to its budget split."""
@@ -549,6 +594,7 @@ class SloWatchdog:
         """Trip at once on a primary's exception (no streak needed); the fallback's reason for this decision."""
         trips = self.state.trips + 1
         hold_intervals = self.params.hold_for(trips)
+        self._hold_groups = None  # a primary that raised is answerable for every group
         self._begin_hold(primary_raised=True)
         error = f"{type(exc).__name__}: {exc}"
         self.state = replace(

@@ -516,3 +516,22 @@ def test_groups_run_as_the_fallback_would_are_left_out_of_the_judgement() -> Non
     for tick in range(3):
         two_group_step(failing, 0.2, 0.9, PoolTargets(3, 1), now_s=15.0 * tick)
     assert failing.state.tripped
+
+
+def test_the_fallback_is_judged_on_the_groups_that_tripped_the_watchdog() -> None:
+    """Group g fails under the primary (judged alone: h runs as the fallback would, at 0.9). The fallback then does
+    no better in g: its hold is cut short on g's windows, not kept on the cluster's 0.5, which h's health would
+    flatter. And what it achieved in g is the bar g is held to afterwards: 0.1 against the fallback's 0.1 is not
+    failing, where the cluster's record would have set a bar of 0.45 and tripped the watchdog again."""
+    fallback = FilePolicy(TWO_GROUPS, "file:base")
+    params = WatchdogParams(trigger_intervals=2, hold_intervals=10, handback_windows=3, settle_grace_s=0.0)
+    wd = SloWatchdog(FallbackInH(), fallback, params)  # type: ignore[arg-type]
+    pattern = ""
+    for tick in range(20):
+        two_group_step(wd, 0.1, 0.9, PoolTargets(3, 1), now_s=15.0 * tick)
+        pattern += "F" if wd.state.in_fallback else "P"
+    assert pattern == "PPFFFF" + "P" * 14  # the trip, the first hold window and three no better: back
+    assert wd.state.trips == 1
+    assert wd.state.bar_frac == pytest.approx(0.05)  # the fallback's 0.1 in g, less the margin
+    assert wd.state.fallback_estimate_frac == pytest.approx(0.1)
+    assert wd.state.failing_streak == 0
