@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from agents.harness import ALL_TENANTS, RunSpec, run_one
+from agents.paired import paired_ratio
 
 __all__ = [
     "EVIDENCE_FORMAT",
@@ -45,6 +46,7 @@ __all__ = [
     "GateEvidence",
     "PolicyScore",
     "ScenarioSet",
+    "bar_refusal",
     "directory_sha256",
     "evaluate_specs",
     "file_sha256",
@@ -244,6 +246,37 @@ class GateEvidence:
                 raise EvidenceError(f"{where}: {exc}") from None
             raise EvidenceError(f"{where}: malformed ({exc.__class__.__name__}: {exc})") from None
         return evidence
+
+
+def bar_refusal(
+    candidate: PolicyScore, label: str, bar: PolicyScore, *, margin_frac: float, confidence: float | None = None
+) -> str | None:
+    """Why ``candidate`` does not beat ``bar`` (the best baseline or the champion) on their set, or ``None``.
+
+    Without ``confidence``: the candidate's mean goodput must reach the bar's times ``1 + margin_frac``. With it
+    (e.g. 0.95): scenario by scenario, the lower end of the ``confidence`` bootstrap interval of the geometric-mean
+    goodput ratio (:func:`agents.paired.paired_ratio`, seed 0) must reach ``1 + margin_frac``, so a gain the set
+    cannot tell from the scatter of its scenarios is refused. On one scenario the interval is that scenario's ratio.
+    """
+    if confidence is None:
+        need = bar.mean * (1.0 + margin_frac)
+        if candidate.mean >= need:
+            return None
+        return (
+            f"goodput {candidate.mean:.4g} does not beat {label} {bar.mean:.4g} by {margin_frac:.1%} "
+            f"(needs ≥ {need:.4g})"
+        )
+    try:
+        paired = paired_ratio(candidate.per_scenario, bar.per_scenario, level=confidence)
+    except ValueError as exc:
+        return f"no paired comparison with {label} ({exc})"
+    need = 1.0 + margin_frac
+    if paired.low >= need:
+        return None
+    return (
+        f"goodput ratio over {label} {paired.describe(confidence)} does not beat it by {margin_frac:.1%} at "
+        f"{confidence:.0%} confidence (the interval's low end needs ≥ {need:.3f})"
+    )
 
 
 def evaluate_specs(specs: Sequence[str], paths: Sequence[Path], seeds: Sequence[int]) -> dict[str, PolicyScore]:

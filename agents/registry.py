@@ -39,6 +39,7 @@ from agents.gate import (
     GateEvidence,
     PolicyScore,
     ScenarioSet,
+    bar_refusal,
     directory_sha256,
     evaluate_specs,
     policy_spec_for,
@@ -383,15 +384,15 @@ def _alias_holder(client, name: str, alias: str) -> int | None:  # type: ignore[
         return None
 
 
-def _champion_bar(client, name: str, alias: str, holder: int, evidence: GateEvidence) -> tuple[str, float]:  # type: ignore[no-untyped-def]
+def _champion_bar(client, name: str, alias: str, holder: int, evidence: GateEvidence) -> tuple[str, PolicyScore]:  # type: ignore[no-untyped-def]
     """The alias holder's score on the candidate's scenario set, from evidence the gate can verify."""
     holder_sha = _version_sha256(client, name, holder)
     alongside = evidence.champion_score()
     if alongside is not None and alongside[0] == holder and alongside[1] == holder_sha:
-        return f"{alias} v{holder}", alongside[2].mean
+        return f"{alias} v{holder}", alongside[2]
     own = _read_evidence(client, name, holder)
     if own is not None and own.policy_sha256 == holder_sha and own.scenario_set.sha256 == evidence.scenario_set.sha256:
-        return f"{alias} v{holder}", own.candidate.mean
+        return f"{alias} v{holder}", own.candidate
     raise PromotionRefused(
         f"{name}: no verifiable score of {alias} v{holder} on the candidate's scenario set "
         f"{evidence.scenario_set.sha256[:12]}; run `pdctl policy evaluate {name} --version <candidate>` to evaluate "
@@ -407,14 +408,19 @@ def promote(
     margin_frac: float = 0.0,
     tracking_uri: str | None = None,
     force: bool = False,
+    confidence: float | None = None,
 ) -> RegisteredPolicy:
     """Move ``alias`` to ``version`` if its evidence beats the current holder and the best baseline by ``margin_frac``.
 
     The evidence is the candidate run's :data:`agents.gate.EVIDENCE_PATH`, checked against the version's files
-    (module docstring); ``force`` skips the gate.
+    (module docstring); ``force`` skips the gate. With ``confidence`` (e.g. 0.95) a bar is beaten only when the
+    lower end of that bootstrap interval of the per-scenario goodput ratio clears the margin
+    (:func:`agents.gate.bar_refusal`), not the mean alone.
     """
     if not 0.0 <= margin_frac < 1.0 or margin_frac != margin_frac:
         raise RegistryError(f"margin must be within [0, 1), got {margin_frac}")
+    if confidence is not None and not 0.0 < confidence < 1.0:
+        raise RegistryError(f"confidence must be within (0, 1), got {confidence}")
     client = _client(tracking_uri)
     _version(client, name, version)
     if not force:
@@ -430,21 +436,18 @@ def promote(
                 f"{name} v{version}: the evidence is about other policy files (sha256 {evidence.policy_sha256[:12]}, "
                 f"the version's files {actual[:12]}); re-evaluate it; {alias} unchanged"
             )
-        bars: list[tuple[str, float]] = []
+        bars: list[tuple[str, PolicyScore]] = []
         best = evidence.best_reference()
         if best is not None:
-            bars.append((f"best baseline {best[0]}", best[1].mean))
+            bars.append((f"best baseline {best[0]}", best[1]))
         holder = _alias_holder(client, name, alias)
         if holder is not None and holder != version:
             bars.append(_champion_bar(client, name, alias, holder, evidence))
-        goodput = evidence.candidate.mean
-        for label, value in bars:
-            need = value * (1.0 + margin_frac)
-            if goodput < need:
+        for label, score in bars:
+            why = bar_refusal(evidence.candidate, label, score, margin_frac=margin_frac, confidence=confidence)
+            if why is not None:
                 raise PromotionRefused(
-                    f"{name} v{version}: goodput {goodput:.4g} does not beat {label} {value:.4g} "
-                    f"by {margin_frac:.1%} (needs ≥ {need:.4g}, scenario set {evidence.scenario_set.sha256[:12]}); "
-                    f"{alias} unchanged"
+                    f"{name} v{version}: {why}, scenario set {evidence.scenario_set.sha256[:12]}; {alias} unchanged"
                 )
     client.set_registered_model_alias(name, alias, str(version))
     return _describe(client, name, version)

@@ -202,13 +202,26 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         alias: str = typer.Option("champion", "--alias", help="Alias to move."),
         margin: float = typer.Option(0.02, help="Required relative improvement over champion and best baseline."),
         force: bool = typer.Option(False, help="Skip the evaluation gate (recorded in the audit trail by MLflow)."),
+        confidence: float | None = typer.Option(
+            None,
+            help="Judge each bar scenario by scenario: the low end of this bootstrap interval (e.g. 0.95) of the "
+            "goodput ratio must clear the margin, not the mean alone.",
+        ),
         tracking_uri: str | None = typer.Option(None, help=tracking_help),
     ) -> None:
         """Move an alias to a version if it passes the evaluation gate; refusals print the numbers."""
         from agents.registry import RegistryError, promote
 
         try:
-            promoted = promote(name, version, alias=alias, margin_frac=margin, tracking_uri=tracking_uri, force=force)
+            promoted = promote(
+                name,
+                version,
+                alias=alias,
+                margin_frac=margin,
+                tracking_uri=tracking_uri,
+                force=force,
+                confidence=confidence,
+            )
         except RegistryError as exc:
             typer.echo(f"pdctl policy promote: {exc}", err=True)
             raise typer.Exit(code=EXIT_INVALID) from None

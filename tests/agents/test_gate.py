@@ -12,6 +12,7 @@ from agents.gate import (
     GateEvidence,
     PolicyScore,
     ScenarioSet,
+    bar_refusal,
     directory_sha256,
     policy_spec_for,
 )
@@ -95,3 +96,33 @@ def test_evidence_round_trips_and_refuses_malformed_documents(tmp_path: Path) ->
     ):
         with pytest.raises(EvidenceError, match=message):
             GateEvidence.from_json(broken, "doc")
+
+
+def _score(per: dict[str, float]) -> PolicyScore:
+    return PolicyScore(sum(per.values()) / len(per), per)
+
+
+def test_a_bar_is_beaten_by_the_mean_or_with_confidence_scenario_by_scenario() -> None:
+    bar = _score({f"s{i}": 1.0 for i in range(12)})
+    # A gain carried by two scenarios, losses elsewhere: the mean beats the bar, the paired interval does not.
+    lucky = _score({f"s{i}": 4.0 if i < 2 else 0.9 for i in range(12)})
+    assert lucky.mean > bar.mean * 1.02
+    assert bar_refusal(lucky, "champion v1", bar, margin_frac=0.02) is None
+    why = bar_refusal(lucky, "champion v1", bar, margin_frac=0.02, confidence=0.95)
+    assert why is not None
+    assert why.startswith("goodput ratio over champion v1 1.")
+    assert "2 up, 10 down of 12" in why
+    assert "at 95% confidence (the interval's low end needs ≥ 1.020)" in why
+    # A consistent gain clears it; the same gain against a larger margin does not.
+    steady = _score({f"s{i}": 1.08 if i % 2 else 1.12 for i in range(12)})
+    assert bar_refusal(steady, "best baseline b", bar, margin_frac=0.02, confidence=0.95) is None
+    assert bar_refusal(steady, "best baseline b", bar, margin_frac=0.15, confidence=0.95) is not None
+    # The mean alone keeps its message.
+    assert bar_refusal(bar, "best baseline b", steady, margin_frac=0.0) == (
+        f"goodput 1 does not beat best baseline b {steady.mean:.4g} by 0.0% (needs ≥ {steady.mean:.4g})"
+    )
+    # No scenario both served: no comparison, refused with the reason.
+    zero = _score({"s0": 0.0})
+    assert bar_refusal(zero, "champion v1", _score({"s0": 1.0}), margin_frac=0.0, confidence=0.95) == (
+        "no paired comparison with champion v1 (paired_ratio: no scenario where both policies have a positive goodput)"
+    )

@@ -132,6 +132,8 @@ def test_bad_inputs_are_refused(mlflow_server: str, tmp_path: Path, tiny: Path) 
         evaluate_version("bad-inputs", v.version, [tiny], [], tracking_uri=mlflow_server)
     with pytest.raises(RegistryError, match="margin must be within"):
         promote("bad-inputs", v.version, margin_frac=-0.1, tracking_uri=mlflow_server)
+    with pytest.raises(RegistryError, match=r"confidence must be within \(0, 1\), got 1.5"):
+        promote("bad-inputs", v.version, confidence=1.5, tracking_uri=mlflow_server)
 
 
 def test_the_cli_refuses_typed_numbers_and_evaluates_at_registration(mlflow_server: str, tiny: Path) -> None:
@@ -156,7 +158,12 @@ def test_the_cli_refuses_typed_numbers_and_evaluates_at_registration(mlflow_serv
     refused = runner.invoke(app, promote_args)  # the default margin is 2 %; the two are equal here
     assert refused.exit_code == 2
     assert "does not beat best baseline baseline:queue_kv" in refused.output
-    promoted = runner.invoke(app, [*promote_args, "--margin", "0"])
+    # Scenario by scenario at 95 %: on one scenario the interval is its ratio, 1.0, which a 2 % margin refuses.
+    paired = runner.invoke(app, [*promote_args, "--confidence", "0.95"])
+    assert paired.exit_code == 2
+    assert "goodput ratio over best baseline baseline:queue_kv 1.000" in paired.output
+    assert "at 95% confidence" in paired.output
+    promoted = runner.invoke(app, [*promote_args, "--margin", "0", "--confidence", "0.95"])
     assert promoted.exit_code == 0, promoted.output
     bad_seeds = runner.invoke(
         app, ["policy", "evaluate", "cli", "--version", "1", "--scenarios", str(tiny), "--seeds", "x",
