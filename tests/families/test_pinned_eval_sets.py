@@ -19,9 +19,10 @@ from env.families.generate import scenario_name
 
 ROOT = Path(__file__).resolve().parents[2]
 FAMILY = ROOT / "experiments" / "families" / "default.yaml"
-PINS = {
-    "validation": ROOT / "experiments" / "families" / "default-validation-36.sha256",
-    "test": ROOT / "experiments" / "families" / "default-test-40.sha256",
+PINS = {  # pin name: (split, pin file)
+    "validation-36": ("validation", ROOT / "experiments" / "families" / "default-validation-36.sha256"),
+    "validation-72": ("validation", ROOT / "experiments" / "families" / "default-validation-72.sha256"),
+    "test-40": ("test", ROOT / "experiments" / "families" / "default-test-40.sha256"),
 }
 
 
@@ -42,15 +43,24 @@ def _generated(family: ScenarioFamily, split: str, count: int) -> dict[str, str]
     }
 
 
-@pytest.mark.parametrize("split", sorted(PINS))
-def test_the_default_familys_evaluation_sets_regenerate_byte_for_byte(split: str) -> None:
-    pinned = _pinned(PINS[split])
+@pytest.mark.parametrize("pin", sorted(PINS))
+def test_the_default_familys_evaluation_sets_regenerate_byte_for_byte(pin: str) -> None:
+    split, path = PINS[pin]
+    pinned = _pinned(path)
     generated = _generated(load_family(FAMILY), split, len(pinned))
     changed = sorted(name for name, digest in pinned.items() if generated.get(name) != digest)
     assert not changed, (
         f"{len(changed)} of {len(pinned)} {split} scenarios of the default family no longer regenerate as pinned in "
-        f"{PINS[split].name} (first: {changed[0]}). The generator, the family or the performance model behind its "
+        f"{path.name} (first: {changed[0]}). The generator, the family or the performance model behind its "
         "capacity estimate changed. Every table in experiments/results/families/ measured on the pinned files is now "
         "unreproducible: regenerate the sets (docs/scenario-families.md, 'Pinned evaluation sets'), re-measure the "
         "rules and the default policy on them, then update the pin files."
     )
+
+
+def test_the_larger_validation_set_extends_the_smaller_one() -> None:
+    """The first 36 of the 72 validation scenarios are the 36 every earlier table was measured on."""
+    small, large = _pinned(PINS["validation-36"][1]), _pinned(PINS["validation-72"][1])
+    assert len(small) == 36
+    assert len(large) == 72
+    assert {name: large[name] for name in small} == small
