@@ -23,6 +23,7 @@ PINS = {  # pin name: (split, pin file)
     "validation-36": ("validation", ROOT / "experiments" / "families" / "default-validation-36.sha256"),
     "validation-72": ("validation", ROOT / "experiments" / "families" / "default-validation-72.sha256"),
     "test-40": ("test", ROOT / "experiments" / "families" / "default-test-40.sha256"),
+    "test-80": ("test", ROOT / "experiments" / "families" / "default-test-80.sha256"),
 }
 
 
@@ -63,4 +64,12 @@ def test_the_larger_validation_set_extends_the_smaller_one() -> None:
     small, large = _pinned(PINS["validation-36"][1]), _pinned(PINS["validation-72"][1])
     assert len(small) == 36
     assert len(large) == 72
+    assert {name: large[name] for name in small} == small
+
+
+def test_the_larger_test_set_extends_the_smaller_one() -> None:
+    """The first 40 of the 80 test scenarios are the 40 every earlier test table was measured on."""
+    small, large = _pinned(PINS["test-40"][1]), _pinned(PINS["test-80"][1])
+    assert len(small) == 40
+    assert len(large) == 80
     assert {name: large[name] for name in small} == small
