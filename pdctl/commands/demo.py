@@ -37,7 +37,7 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
             None,
             "--policy",
             help="Controller policy spec (default: registry:models:/pdctl-generalist@champion if registered, "
-            "else learned:default, the shipped learned policy under its watchdog).",
+            "else learned:default, the shipped learned policy).",
         ),
         policy_file: Path | None = typer.Option(  # noqa: B008
             None, "--policy-file", help="Base policy file (default pdctl/demo/demo-policy.yaml)."

@@ -130,16 +130,23 @@ def test_route_levels_are_crisp() -> None:
         remote_level(0)
 
 
-def test_learned_default_is_the_shipped_rule_selector_under_its_watchdog() -> None:
+def test_learned_default_is_the_shipped_rule_selector_and_the_watchdog_is_opt_in() -> None:
+    """Since the twelfth session ``learned:default`` ships without the SLO watchdog (chosen on validation 72:
+    experiments/results/families/safety-layer-choice/); ``watchdog:learned:default`` still wraps it."""
     from policies.registry import DEFAULT_LEARNED_ARTIFACT, expand_alias
     from policies.rule_selector import RuleSelector
 
     parsed = parse_policy_spec("learned:default")
-    assert parsed.kind == "watchdog"
-    assert parsed.fallback == WATCHDOG_FALLBACK
+    assert parsed.kind == "learned"
+    assert parsed.argument == str(DEFAULT_LEARNED_ARTIFACT)
     assert expand_alias("baseline:aggregated") == "baseline:aggregated"
     assert (DEFAULT_LEARNED_ARTIFACT / "manifest.json").is_file()
     policy = load_policy("learned:default", BASE)
-    assert isinstance(policy, SloWatchdog)
-    assert isinstance(policy.primary.inner, RuleSelector)  # type: ignore[attr-defined]
-    assert policy.fallback.policy_id == WATCHDOG_FALLBACK
+    assert not isinstance(policy, SloWatchdog)
+    assert isinstance(policy.inner, RuleSelector)  # type: ignore[attr-defined]
+
+    watched = load_policy("watchdog:learned:default", BASE)
+    assert isinstance(watched, SloWatchdog)
+    assert isinstance(watched.primary.inner, RuleSelector)  # type: ignore[attr-defined]
+    assert watched.primary.policy_id == f"learned:{DEFAULT_LEARNED_ARTIFACT}"
+    assert watched.fallback.policy_id == WATCHDOG_FALLBACK
