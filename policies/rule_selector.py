@@ -12,7 +12,8 @@ chooses, a group is run by one of the rules a platform team already trusts, neve
   fit; nothing counts groups, tenants or instances.
 * **Hysteresis.** A group changes rule only after the same other rule (or, with
   :attr:`SelectorManifest.patience_streak` ``any_better``, any other rule) has scored best for
-  :attr:`SelectorManifest.switch_patience_intervals` intervals in a row; it starts under the manifest's first
+  :attr:`SelectorManifest.switch_patience_intervals` intervals in a row, each time by at least
+  :attr:`SelectorManifest.switch_margin_frac` of predicted goodput ratio; it starts under the manifest's first
   rule (the watchdog's fallback by default) or, with :attr:`SelectorManifest.first_decision` ``scored``, under
   the rule its first window scores best.
 * **Pools.** A rule that sizes pools (``aggregated``) sets them; under a rule that holds pools as deployed, the
@@ -155,6 +156,14 @@ class SelectorBehaviour(BaseModel):
     pools run (no instance pending, the sizes asked for running): a pool move takes minutes, and the new rule's
     routing on the old pools (``aggregated``'s all-local prefill with the prefill pool still up) serves the
     group on part of its instances in between."""
+    switch_margin_frac: float = Field(default=0.0, ge=0.0, le=1.0)
+    """How much higher than the acting rule's a challenger's predicted goodput ratio (its goodput over the best
+    rule's, as the network is fitted to predict it) must be for a window to count toward the patience (0 = any
+    higher score counts). A switch has a cost the network does not score (a pool move drains and restarts
+    instances, and the backlog it builds outlives it), and its predictions carry an error: without a margin, a
+    group whose rules all score near 1.0 switches on differences of a hundredth (traced on a validation scenario:
+    legacy left for aggregated at 0.97 against 0.99 during a quiet phase, the pools emptied, and the flood that
+    followed met the wrong pools). A window in which no challenger clears the margin resets the patience."""
     first_decision: Literal["first_rule", "scored"] = "first_rule"
     """At a group's first decision: start under the first rule and let the patience run (``first_rule``), or act
     at once as the best-scored rule (``scored``: nothing was chosen before, so there is nothing to flap from)."""
@@ -199,6 +208,15 @@ class SelectorManifest(SelectorBehaviour):
         if len(set(rules)) != len(rules):
             raise ValueError("a rule is listed twice")
         return rules
+
+    @model_validator(mode="after")
+    def _margin_needs_ratios(self) -> SelectorManifest:
+        if self.switch_margin_frac > 0 and self.algorithm.endswith("/soft_best"):
+            raise ValueError(
+                "switch_margin_frac needs a selector fitted on goodput ratios (algorithm rule_selector/ratio); "
+                f"{self.algorithm} scores are not ratios"
+            )
+        return self
 
 
 @dataclass(frozen=True)
@@ -450,7 +468,7 @@ class RuleSelector:
             if self.manifest.settle_before_judging and not self._judged(state, group.name, observation, context):
                 chosen.append(state.rule)
                 continue
-            chosen.append(self._advance(state, int(np.argmax(scores[gi]))))
+            chosen.append(self._advance(state, self._challenger(state, scores[gi])))
         decisions = {i: self.rules[i].decide(observation, context) for i in sorted(set(chosen))}
         pools: dict[str, PoolTargets] = {}
         for gi, group in enumerate(context.groups):
@@ -509,6 +527,15 @@ class RuleSelector:
         state.move.reset()
         return True
 
+    def _challenger(self, state: _GroupState, scores: np.ndarray) -> int:
+        """The best-scored rule, or the acting one when the best does not beat it by ``switch_margin_frac``."""
+        best = int(np.argmax(scores))
+        margin = self.manifest.switch_margin_frac
+        if best == state.rule or margin <= 0:
+            return best
+        gain = _predicted_ratio(scores[best]) - _predicted_ratio(scores[state.rule])
+        return best if gain >= margin else state.rule
+
     def _advance(self, state: _GroupState, best: int) -> int:
         if best == state.rule:
             state.proposed, state.streak = None, 0
@@ -519,6 +546,11 @@ class RuleSelector:
         if state.streak >= self.manifest.switch_patience_intervals:
             state.rule, state.proposed, state.streak = best, None, 0
         return state.rule
+
+
+def _predicted_ratio(score: float) -> float:
+    """The goodput ratio a score (a logit, :meth:`SelectorNetwork.scores`) predicts."""
+    return 1.0 / (1.0 + math.exp(-float(score)))
 
 
 def read_selector_manifest(path: Path) -> SelectorManifest:

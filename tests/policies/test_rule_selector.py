@@ -365,6 +365,44 @@ def test_any_better_patience_leaves_a_rule_that_every_interval_scores_below_anot
     assert anyb.chosen_rules()["hot"] == "dynamo-isl-bounding"  # the latest best, after two intervals
 
 
+@pytest.mark.parametrize(("margin", "switches"), [(0.0, True), (0.3, True), (0.5, False)])
+def test_a_challenger_counts_only_when_its_predicted_ratio_clears_the_switch_margin(
+    margin: float, switches: bool
+) -> None:
+    # in the hot group the network predicts aggregated at sigmoid(2.5) = 0.92 and legacy at sigmoid(0) = 0.5
+    selector = RuleSelector(
+        _manifest(switch_margin_frac=margin), SelectorNetwork.from_tensors(_tensors(), len(RULES)), source="t"
+    )
+    for _ in range(4):
+        _decide(selector, {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)})
+    assert selector.chosen_rules()["hot"] == ("aggregated" if switches else "dynamo-legacy")
+    assert selector.chosen_rules()["cool"] == "dynamo-legacy"
+
+
+def test_a_window_below_the_margin_resets_the_patience() -> None:
+    selector = RuleSelector(
+        _manifest(switch_margin_frac=0.3), SelectorNetwork.from_tensors(_tensors(), len(RULES)), source="t"
+    )
+    clear, close = (
+        {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)},
+        {"hot": PoolTargets(5, 3), "cool": PoolTargets(1, 7)},
+    )
+    # share 5/8: aggregated at sigmoid(1.25) = 0.78, above legacy's 0.5 but by less than the margin
+    for pools in (clear, close, clear, close):
+        _decide(selector, pools)
+    assert selector.chosen_rules()["hot"] == "dynamo-legacy"  # never two clear windows in a row
+    _decide(selector, clear)
+    assert selector.chosen_rules()["hot"] == "dynamo-legacy"
+    _decide(selector, clear)
+    assert selector.chosen_rules()["hot"] == "aggregated"
+
+
+def test_a_switch_margin_on_scores_that_are_not_ratios_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="switch_margin_frac needs a selector fitted on goodput ratios"):
+        _manifest(switch_margin_frac=0.05, algorithm="rule_selector/soft_best")
+    assert _manifest(switch_margin_frac=0.05, algorithm="rule_selector/ratio").switch_margin_frac == 0.05
+
+
 def test_a_scored_first_decision_acts_at_once_and_the_patience_holds_after_it() -> None:
     selector = RuleSelector(
         _manifest(first_decision="scored"), SelectorNetwork.from_tensors(_tensors(), len(RULES)), source="t"
