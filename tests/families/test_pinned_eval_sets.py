@@ -24,6 +24,7 @@ PINS = {  # pin name: (split, pin file)
     "validation-72": ("validation", ROOT / "experiments" / "families" / "default-validation-72.sha256"),
     "test-40": ("test", ROOT / "experiments" / "families" / "default-test-40.sha256"),
     "test-80": ("test", ROOT / "experiments" / "families" / "default-test-80.sha256"),
+    "test-120": ("test", ROOT / "experiments" / "families" / "default-test-120.sha256"),
 }
 
 
@@ -59,7 +60,10 @@ def test_the_default_familys_evaluation_sets_regenerate_byte_for_byte(pin: str) 
     )
 
 
-@pytest.mark.parametrize(("small_pin", "large_pin"), [("validation-36", "validation-72"), ("test-40", "test-80")])
+@pytest.mark.parametrize(
+    ("small_pin", "large_pin"),
+    [("validation-36", "validation-72"), ("test-40", "test-80"), ("test-80", "test-120")],
+)
 def test_a_larger_set_extends_the_smaller_one(small_pin: str, large_pin: str) -> None:
     """The first scenarios of a larger pinned set are the smaller set every earlier table was measured on."""
     small, large = _pinned(PINS[small_pin][1]), _pinned(PINS[large_pin][1])
