@@ -1,0 +1,70 @@
+"""Trace a rule selector through one scenario: per control interval, each group's rule and predicted goodput ratios.
+
+Usage: python experiments/trace_selector.py SCENARIO.yaml [--policy SPEC] [--seed N] [--traces DIR]
+
+SPEC is any spec whose policy is, or wraps, a rule selector (default ``learned:default``). Each line is the
+simulated time (s), the rule acting in each group, the network's predicted goodput ratio per rule (the manifest's
+rule order, sigmoid of the scores) and the interval's reward; the last line is the run's priority-weighted goodput,
+the figure ``pdctl evaluate`` reports. Read-only: the selector decides exactly as it does in ``pdctl evaluate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.harness import weighted_goodput_rps
+from agents.policy_specs import make_policy
+from agents.runs import episode_env, run_episode
+from env.gym_env import ControlStep, PDClusterEnv, resolve_scenario
+from policies.base import Policy
+from policies.rule_selector import RuleSelector
+
+
+def _selector(policy: Policy) -> RuleSelector:
+    """The rule selector inside ``policy`` (through labels and wrappers)."""
+    seen: Any = policy
+    for _ in range(8):
+        if isinstance(seen, RuleSelector):
+            return seen
+        seen = getattr(seen, "inner", None) or getattr(seen, "primary", None)
+    raise SystemExit(f"policy {policy.policy_id}: no rule selector inside it")
+
+
+def main() -> None:
+    """Parse the arguments, run the scenario once and print the trace."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenario", type=Path)
+    parser.add_argument("--policy", default="learned:default")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--traces", type=Path, default=Path(os.environ.get("PDCTL_TRACES", "data/traces")))
+    args = parser.parse_args()
+    scenario = resolve_scenario(args.scenario, args.traces)
+    policy = make_policy(args.policy, scenario, None, ())
+    selector = _selector(policy)
+    scores = selector.network.scores
+    last: dict[str, np.ndarray] = {}
+
+    def recorded(inputs: np.ndarray) -> np.ndarray:
+        out = scores(inputs)
+        last["ratio"] = 1.0 / (1.0 + np.exp(-out.astype(np.float64)))
+        return out
+
+    object.__setattr__(selector.network, "scores", recorded)  # frozen dataclass: observe, do not change
+    env = episode_env(scenario, policy, args.traces)
+    print("# rules:", ", ".join(selector.manifest.rules))
+
+    def on_interval(env: PDClusterEnv, step: ControlStep) -> None:
+        ratios = " ".join("[" + ",".join(f"{v:.2f}" for v in row) + "]" for row in last.get("ratio", []))
+        print(f"{env.sim.now_s:7.0f}s {selector.chosen_rules()} {ratios} reward={step.reward:.2f}")
+
+    sim = run_episode(env, policy, args.seed, on_interval).sim
+    print(f"weighted goodput {weighted_goodput_rps(sim, env.tenants, env.scenario.duration_s):.4f} rps")
+
+
+if __name__ == "__main__":
+    main()
