@@ -13,9 +13,10 @@ chooses, a group is run by one of the rules a platform team already trusts, neve
 * **Hysteresis.** A group changes rule only after the same other rule (or, with
   :attr:`SelectorManifest.patience_streak` ``any_better``, any other rule) has scored best for
   :attr:`SelectorManifest.switch_patience_intervals` intervals in a row, each time by at least
-  :attr:`SelectorManifest.switch_margin_frac` of predicted goodput ratio; it starts under the manifest's first
-  rule (the watchdog's fallback by default) or, with :attr:`SelectorManifest.first_decision` ``scored``, under
-  the rule its first window scores best.
+  :attr:`SelectorManifest.switch_margin_frac` of predicted goodput ratio, judged on one window or, with
+  :attr:`SelectorManifest.switch_evidence` ``since_switch``, on the mean since the group's last change; it
+  starts under the manifest's first rule (the watchdog's fallback by default) or, with
+  :attr:`SelectorManifest.first_decision` ``scored``, under the rule its first window scores best.
 * **Pools.** A rule that sizes pools (``aggregated``) sets them; under a rule that holds pools as deployed, the
   group returns to the split the selector found at its first decision, relative to the budget
   (:class:`policies.watchdog.BudgetSplit`), so leaving ``aggregated`` restores the deployed prefill pool.
@@ -164,6 +165,13 @@ class SelectorBehaviour(BaseModel):
     group whose rules all score near 1.0 switches on differences of a hundredth (traced on a validation scenario:
     legacy left for aggregated at 0.97 against 0.99 during a quiet phase, the pools emptied, and the flood that
     followed met the wrong pools). A window in which no challenger clears the margin resets the patience."""
+    switch_evidence: Literal["window", "since_switch"] = "window"
+    """What a challenger is judged on each window: that window's predicted goodput ratios (``window``), or their
+    mean over every judged window since the group last changed rule (``since_switch``; from its first decision
+    before any change). One window's prediction carries its noise, and a rule that leads for three windows of a
+    quiet phase is not the rule of the run; held under legacy for whole validation runs and averaged, the network's
+    ratios name each scenario's best rule more often than the switches it makes from single windows do. The mean
+    restarts at each change, so the evidence for leaving a rule is gathered under that rule."""
     first_decision: Literal["first_rule", "scored"] = "first_rule"
     """At a group's first decision: start under the first rule and let the patience run (``first_rule``), or act
     at once as the best-scored rule (``scored``: nothing was chosen before, so there is nothing to flap from)."""
@@ -211,11 +219,17 @@ class SelectorManifest(SelectorBehaviour):
 
     @model_validator(mode="after")
     def _margin_needs_ratios(self) -> SelectorManifest:
-        if self.switch_margin_frac > 0 and self.algorithm.endswith("/soft_best"):
-            raise ValueError(
-                "switch_margin_frac needs a selector fitted on goodput ratios (algorithm rule_selector/ratio); "
-                f"{self.algorithm} scores are not ratios"
-            )
+        if not self.algorithm.endswith("/soft_best"):
+            return self
+        for name, used in (
+            ("switch_margin_frac", self.switch_margin_frac > 0),
+            ("switch_evidence", self.switch_evidence != "window"),
+        ):
+            if used:
+                raise ValueError(
+                    f"{name} needs a selector fitted on goodput ratios (algorithm rule_selector/ratio); "
+                    f"{self.algorithm} scores are not ratios"
+                )
         return self
 
 
@@ -386,6 +400,9 @@ class _GroupState:
     """The rule whose thresholds act (``rule`` unless ``routing_follows_pools`` holds the previous one)."""
     move: MoveClock = field(default_factory=MoveClock)
     """Its last pool move (``settle_before_judging``, ``move_dwell_s``)."""
+    ratio_sum: np.ndarray | None = None
+    """Predicted goodput ratios summed over the judged windows since the last change (``since_switch``)."""
+    ratio_windows: int = 0
 
 
 @dataclass
@@ -468,7 +485,7 @@ class RuleSelector:
             if self.manifest.settle_before_judging and not self._judged(state, group.name, observation, context):
                 chosen.append(state.rule)
                 continue
-            chosen.append(self._advance(state, self._challenger(state, scores[gi])))
+            chosen.append(self._advance(state, self._challenger(state, self._evidence(state, scores[gi]))))
         decisions = {i: self.rules[i].decide(observation, context) for i in sorted(set(chosen))}
         pools: dict[str, PoolTargets] = {}
         for gi, group in enumerate(context.groups):
@@ -527,6 +544,17 @@ class RuleSelector:
         state.move.reset()
         return True
 
+    def _evidence(self, state: _GroupState, scores: np.ndarray) -> np.ndarray:
+        """The scores a judged window's challenger is chosen on (``switch_evidence``), as logits."""
+        if self.manifest.switch_evidence == "window":
+            return scores
+        ratios = 1.0 / (1.0 + np.exp(-np.asarray(scores, dtype=np.float64)))
+        state.ratio_sum = ratios if state.ratio_sum is None else state.ratio_sum + ratios
+        state.ratio_windows += 1
+        mean = np.clip(state.ratio_sum / state.ratio_windows, 1e-12, 1.0 - 1e-12)
+        out: np.ndarray = np.log(mean / (1.0 - mean))
+        return out
+
     def _challenger(self, state: _GroupState, scores: np.ndarray) -> int:
         """The best-scored rule, or the acting one when the best does not beat it by ``switch_margin_frac``."""
         best = int(np.argmax(scores))
@@ -545,6 +573,7 @@ class RuleSelector:
         state.proposed = best
         if state.streak >= self.manifest.switch_patience_intervals:
             state.rule, state.proposed, state.streak = best, None, 0
+            state.ratio_sum, state.ratio_windows = None, 0
         return state.rule
 
 

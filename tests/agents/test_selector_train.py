@@ -369,12 +369,17 @@ def test_the_recipe_and_the_manifest_share_one_definition_of_how_the_selector_ac
         "move_dwell_s",
         "routing_follows_pools",
         "switch_margin_frac",
+        "switch_evidence",
         "first_decision",
     }
     assert fields <= set(SelectorConfig.model_fields)
     assert fields <= set(SelectorManifest.model_fields)
     recipe = SelectorConfig(
-        settle_before_judging=True, move_dwell_s=120.0, patience_streak="any_better", switch_margin_frac=0.05
+        settle_before_judging=True,
+        move_dwell_s=120.0,
+        patience_streak="any_better",
+        switch_margin_frac=0.05,
+        switch_evidence="since_switch",
     )
     manifest = SelectorManifest(
         schema_version=1, feature_hash="x", rules=recipe.rules, hidden_width=4, **recipe.behaviour()

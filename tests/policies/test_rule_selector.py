@@ -397,9 +397,38 @@ def test_a_window_below_the_margin_resets_the_patience() -> None:
     assert selector.chosen_rules()["hot"] == "aggregated"
 
 
+@pytest.mark.parametrize(("evidence", "clear_windows_to_switch"), [("window", 2), ("since_switch", 6)])
+def test_since_switch_evidence_judges_a_challenger_on_its_mean_predicted_ratio_since_the_last_change(
+    evidence: str, clear_windows_to_switch: int
+) -> None:
+    selector = RuleSelector(
+        _manifest(switch_evidence=evidence), SelectorNetwork.from_tensors(_tensors(), len(RULES)), source="t"
+    )
+    low, clear = (
+        {"hot": PoolTargets(1, 7), "cool": PoolTargets(1, 7)},
+        {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)},
+    )
+    # four windows at share 1/8 (aggregated predicted 0.02, legacy 0.5), then windows at 6/8 (aggregated 0.92):
+    # the mean favours aggregated from the fifth of those (0.09 + 0.92 k > 2 + 0.5 k), two in a row switch
+    for _ in range(4):
+        _decide(selector, low)
+    for k in range(1, clear_windows_to_switch + 1):
+        _decide(selector, clear)
+        switched = selector.chosen_rules()["hot"] == "aggregated"
+        assert switched == (k == clear_windows_to_switch), k
+    # the mean restarts at the change: two windows at 1/8 under aggregated are all the evidence there is
+    _decide(selector, low)
+    assert selector.chosen_rules()["hot"] == "aggregated"
+    _decide(selector, low)
+    assert selector.chosen_rules()["hot"] == "dynamo-legacy"
+    assert selector.chosen_rules()["cool"] == "dynamo-legacy"
+
+
 def test_a_switch_margin_on_scores_that_are_not_ratios_is_refused_naming_the_field() -> None:
     with pytest.raises(ValueError, match="switch_margin_frac needs a selector fitted on goodput ratios"):
         _manifest(switch_margin_frac=0.05, algorithm="rule_selector/soft_best")
+    with pytest.raises(ValueError, match="switch_evidence needs a selector fitted on goodput ratios"):
+        _manifest(switch_evidence="since_switch", algorithm="rule_selector/soft_best")
     assert _manifest(switch_margin_frac=0.05, algorithm="rule_selector/ratio").switch_margin_frac == 0.05
 
 
