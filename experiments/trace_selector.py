@@ -1,11 +1,13 @@
 """Trace a rule selector through one scenario: per control interval, each group's rule and predicted goodput ratios.
 
-Usage: python experiments/trace_selector.py SCENARIO.yaml [--policy SPEC] [--seed N] [--traces DIR]
+Usage: python experiments/trace_selector.py SCENARIO.yaml [--policy SPEC] [--seed N] [--rate-scale X] [--traces DIR]
 
 SPEC is any spec whose policy is, or wraps, a rule selector (default ``learned:default``). Each line is the
 simulated time (s), the rule acting in each group, the network's predicted goodput ratio per rule (the manifest's
 rule order, sigmoid of the scores) and the interval's reward; the last line is the run's priority-weighted goodput,
-the figure ``pdctl evaluate`` reports. Read-only: the selector decides exactly as it does in ``pdctl evaluate``.
+the figure ``pdctl evaluate`` reports, and its fraction of requests meeting both SLOs (what ``--sweep-rate`` holds
+at 0.9). ``--rate-scale`` multiplies every tenant's request rate, as a rate sweep's probe does. Read-only: the
+selector decides exactly as it does in ``pdctl evaluate``.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from agents.harness import weighted_goodput_rps
+from agents.harness import slo_met, weighted_goodput_rps
 from agents.policy_specs import make_policy
-from agents.runs import episode_env, run_episode
+from agents.runs import episode_env, run_episode, scale_rates
 from env.gym_env import ControlStep, PDClusterEnv, resolve_scenario
 from policies.base import Policy
 from policies.rule_selector import RuleSelector
@@ -41,9 +43,12 @@ def main() -> None:
     parser.add_argument("scenario", type=Path)
     parser.add_argument("--policy", default="learned:default")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rate-scale", type=float, default=1.0, help="every tenant's request rate times this")
     parser.add_argument("--traces", type=Path, default=Path(os.environ.get("PDCTL_TRACES", "data/traces")))
     args = parser.parse_args()
-    scenario = resolve_scenario(args.scenario, args.traces)
+    if not args.rate_scale > 0:
+        raise SystemExit(f"--rate-scale: {args.rate_scale} is not a positive multiplier")
+    scenario = scale_rates(resolve_scenario(args.scenario, args.traces), args.rate_scale)
     policy = make_policy(args.policy, scenario, None, ())
     selector = _selector(policy)
     scores = selector.network.scores
@@ -63,7 +68,10 @@ def main() -> None:
         print(f"{env.sim.now_s:7.0f}s {selector.chosen_rules()} {ratios} reward={step.reward:.2f}")
 
     sim = run_episode(env, policy, args.seed, on_interval).sim
+    met = sum(slo_met(sim, ti) for ti in range(len(env.tenants)))
+    arrived = sum(len(per) for per in sim.arrived)
     print(f"weighted goodput {weighted_goodput_rps(sim, env.tenants, env.scenario.duration_s):.4f} rps")
+    print(f"requests meeting both SLOs {met}/{arrived} = {met / max(arrived, 1):.3f}")
 
 
 if __name__ == "__main__":
