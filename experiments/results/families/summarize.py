@@ -19,8 +19,9 @@ import argparse
 import csv
 import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 
-from agents.paired import paired_ratio
+from agents.paired import PairedRatio, paired_ratio
 
 
 def _rows(paths: list[str], pool_seeds: bool = False) -> dict[str, dict[str, dict[str, float]]]:
@@ -67,6 +68,87 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(max(v, 1e-9)) for v in values) / len(values))
 
 
+@dataclass(frozen=True)
+class PolicyFigures:
+    """One policy's figures over a set of scenarios (what a row of the printed table says)."""
+
+    policy: str
+    vs_best_geomean: float
+    """Geometric mean of its goodput over the per-scenario best rule's."""
+    vs_single_geomean: float
+    """Geometric mean of its goodput over the single best rule's (the rule best over the whole set)."""
+    floor: float
+    """Its lowest ratio to the per-scenario best rule."""
+    at_least_best: int
+    """Scenarios at ≥ 1.0× the per-scenario best rule."""
+    gpu_h: float
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Every figure the table prints, for ``policies`` and the rules, on the scenarios all of them ran."""
+
+    scenarios: list[str]
+    rules: list[str]
+    single: str
+    best_counts: dict[str, int]
+    figures: dict[str, PolicyFigures]
+    paired: dict[str, PairedRatio] = field(default_factory=dict)
+    """Against ``versus``: every other policy's paired ratio."""
+
+
+def summarize(paths: list[str], policies: list[str], pool_seeds: bool = False, versus: str | None = None) -> Summary:
+    """The figures of ``policies`` (and of every rule) over the scenarios they and the rules all ran.
+
+    ``versus``, when given, is added to ``policies`` and every other policy is compared with it scenario by
+    scenario (:func:`agents.paired.paired_ratio`, seed 0).
+    """
+    policies = list(policies)
+    if versus and versus not in policies:
+        policies.append(versus)
+    table = _rows(paths, pool_seeds)
+    is_rule = ("baseline:", "file:")
+    scenarios = sorted(
+        s for s, by in table.items() if all(p in by for p in policies) and any(p.startswith(is_rule) for p in by)
+    )
+    if not scenarios:
+        raise SystemExit(f"no scenario has every policy of {policies} and a rule in {', '.join(paths)}")
+    rules = sorted({p for s in scenarios for p in table[s] if p.startswith(is_rule)})
+    rules = [r for r in rules if all(r in table[s] for s in scenarios)]
+    best = {s: max(rules, key=lambda r, s=s: table[s][r]["goodput"]) for s in scenarios}
+
+    def ratio(s: str, p: str) -> float:
+        top = table[s][best[s]]["goodput"]
+        return table[s][p]["goodput"] / top if top > 0 else 1.0
+
+    single = max(rules, key=lambda r: _geomean([ratio(s, r) for s in scenarios]))
+    figures: dict[str, PolicyFigures] = {}
+    for p in [*policies, single, *[r for r in rules if r != single]]:
+        ratios = [ratio(s, p) for s in scenarios]
+        figures[p] = PolicyFigures(
+            policy=p,
+            vs_best_geomean=_geomean(ratios),
+            vs_single_geomean=_geomean(
+                [
+                    table[s][p]["goodput"] / table[s][single]["goodput"]
+                    for s in scenarios
+                    if table[s][single]["goodput"] > 0
+                ]
+            ),
+            floor=min(ratios),
+            at_least_best=sum(r >= 1.0 - 1e-9 for r in ratios),
+            gpu_h=sum(table[s][p]["gpu_h"] for s in scenarios),
+        )
+    paired: dict[str, PairedRatio] = {}
+    if versus:
+        base = {s: table[s][versus]["goodput"] for s in scenarios}
+        for p in policies:
+            if p != versus:
+                paired[p] = paired_ratio({s: table[s][p]["goodput"] for s in scenarios}, base)
+    counts = dict(sorted({r: sum(best[s] == r for s in scenarios) for r in rules}.items()))
+    return Summary(scenarios, rules, single, counts, figures, paired)
+
+
 def main() -> None:
     """Print the summary table (Markdown)."""
     parser = argparse.ArgumentParser()
@@ -77,49 +159,23 @@ def main() -> None:
     )
     parser.add_argument("--versus", help="compare every other --policy with this one, scenario by scenario")
     args = parser.parse_args()
-    if args.versus and args.versus not in args.policy:
-        args.policy.append(args.versus)
-    table = _rows(args.results, args.pool_seeds)
-    is_rule = ("baseline:", "file:")
-    scenarios = sorted(
-        s for s, by in table.items() if all(p in by for p in args.policy) and any(p.startswith(is_rule) for p in by)
-    )
-    rules = sorted({p for s in scenarios for p in table[s] if p.startswith(is_rule)})
-    rules = [r for r in rules if all(r in table[s] for s in scenarios)]
-    best = {s: max(rules, key=lambda r, s=s: table[s][r]["goodput"]) for s in scenarios}
-
-    def ratio(s: str, p: str) -> float:
-        top = table[s][best[s]]["goodput"]
-        return table[s][p]["goodput"] / top if top > 0 else 1.0
-
-    single = max(rules, key=lambda r: _geomean([ratio(s, r) for s in scenarios]))
-    print(f"{len(scenarios)} scenarios; rules: {', '.join(rules)}")
-    print(f"single best rule over the set: {single}\n")
+    summary = summarize(args.results, args.policy, args.pool_seeds, args.versus)
+    n = len(summary.scenarios)
+    print(f"{n} scenarios; rules: {', '.join(summary.rules)}")
+    print(f"single best rule over the set: {summary.single}\n")
     print(
         "| policy | geo mean × per-scenario best rule | × single best rule (geo mean) | floor (min ×) "
         "| ≥ 1.0× best rule | GPU-h (sum) |"
     )
     print("|---|---:|---:|---:|---:|---:|")
-    for p in [*args.policy, single, *[r for r in rules if r != single]]:
-        ratios = [ratio(s, p) for s in scenarios]
-        vs_single = _geomean(
-            [table[s][p]["goodput"] / table[s][single]["goodput"] for s in scenarios if table[s][single]["goodput"] > 0]
-        )
-        at_least = sum(r >= 1.0 - 1e-9 for r in ratios)
-        gpu_h = sum(table[s][p]["gpu_h"] for s in scenarios)
-        cells = [f"{_geomean(ratios):.3f}", f"{vs_single:.3f}", f"{min(ratios):.3f}", f"{at_least}/{len(scenarios)}"]
-        print(f"| {p} | {' | '.join(cells)} | {gpu_h:.1f} |")
-    print(
-        "\nper-scenario best rule:",
-        dict(sorted(defaultdict(int, {r: sum(best[s] == r for s in scenarios) for r in rules}).items())),
-    )
+    for p, f in summary.figures.items():
+        cells = [f"{f.vs_best_geomean:.3f}", f"{f.vs_single_geomean:.3f}", f"{f.floor:.3f}", f"{f.at_least_best}/{n}"]
+        print(f"| {p} | {' | '.join(cells)} | {f.gpu_h:.1f} |")
+    print("\nper-scenario best rule:", summary.best_counts)
     if args.versus:
-        base = {s: table[s][args.versus]["goodput"] for s in scenarios}
         print(f"\npaired against {args.versus} (goodput ratio, geometric mean over scenarios):")
-        for p in args.policy:
-            if p != args.versus:
-                versus = paired_ratio({s: table[s][p]["goodput"] for s in scenarios}, base)
-                print(f"- {p}: {versus.describe(0.95)}")
+        for p, versus in summary.paired.items():
+            print(f"- {p}: {versus.describe(0.95)}")
 
 
 if __name__ == "__main__":
