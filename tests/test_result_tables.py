@@ -7,6 +7,8 @@ Each table of ``experiments/results/families/checked-tables.yaml`` is recomputed
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -77,3 +79,53 @@ def test_a_quoted_figure_that_disagrees_with_the_csvs_is_caught() -> None:
         f"{name} x_single: quoted 9.999, the CSVs give {right['x_single']}",
         f"{name} share: quoted 1/72, the CSVs give {right['share']}",
     ]
+
+
+def _capacity_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("families_capacity_table", FAMILIES / "capacity_table.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+capacity = _capacity_module()
+
+
+def test_the_capacity_table_compares_sustained_rates_with_the_per_scenario_and_the_single_best_rule(
+    tmp_path: Path,
+) -> None:
+    rates = {  # scenario: (learned, rule A, rule B)
+        "s1": (0.50, 0.40, 0.20),  # learned above both
+        "s2": (0.30, 0.60, 0.30),  # learned at B, half of A
+        "s3": (0.10, 0.00, 0.00),  # no rule sustains any rate: left out of the means
+    }
+    entries = [
+        {"policy": p, "scenario": s, "max_rate_scale": r[i], "first_failing_scale": 1.0}
+        for s, r in rates.items()
+        for i, p in enumerate(("learned:x", "baseline:a", "baseline:b"))
+    ]
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(entries), encoding="utf-8")
+    scenarios, single, figures = capacity.capacity_figures(capacity.read_sweeps([str(path)]), "learned:x")
+    assert scenarios == ["s1", "s2", "s3"]
+    assert single == "baseline:a"
+    learned = figures[0]
+    assert learned.policy == "learned:x"
+    assert learned.at_least_best == 2  # s1 and s3 (0.10 >= 0)
+    assert learned.vs_best_geomean == pytest.approx(math.sqrt(1.25 * 0.5))
+    assert learned.vs_single_geomean == pytest.approx(math.sqrt(1.25 * 0.5))
+    assert learned.floor == pytest.approx(0.5)
+    assert learned.left_out == 1
+    rule_b = next(f for f in figures if f.policy == "baseline:b")
+    assert rule_b.vs_best_geomean == pytest.approx(math.sqrt(0.5 * 0.5))
+    assert rule_b.at_least_best == 1  # only s3, where nobody sustains any rate
+
+
+def test_a_capacity_table_for_a_policy_never_swept_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps([{"policy": "baseline:a", "scenario": "s", "max_rate_scale": 1.0}]), encoding="utf-8")
+    with pytest.raises(SystemExit, match="--policy learned:x: no scenario was swept with it and a rule"):
+        capacity.capacity_figures(capacity.read_sweeps([str(path)]), "learned:x")

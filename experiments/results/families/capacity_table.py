@@ -1,0 +1,120 @@
+"""Summarise `pdctl evaluate --sweep-rate` runs on a scenario family: yardstick (b) against the rules.
+
+Usage: python experiments/results/families/capacity_table.py SWEEP.json [SWEEP.json ...] --policy SPEC [--rows]
+
+Reads every given ``sweep.json`` (one entry per policy and scenario: the highest rate multiplier at which at least
+``target_frac`` of requests met both SLOs) and prints, for the policy named with ``--policy`` and for each rule
+(every other policy in the files), over the scenarios all of them were swept on:
+
+- the share of scenarios where it sustains at least the per-scenario best rule's rate;
+- the geometric mean of its rate over the per-scenario best rule's, and over the single rule best over the set
+  (scenarios where the denominator sustains no rate at all are left out of that mean and counted);
+- the lowest ratio to the per-scenario best rule (the floor).
+
+``--rows`` also prints the per-scenario rates. Policies are named as in the sweep (``baseline:dynamo-legacy``, …).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CapacityFigures:
+    """One policy's sustainable-rate figures over a set of scenarios."""
+
+    policy: str
+    at_least_best: int
+    vs_best_geomean: float
+    vs_single_geomean: float
+    floor: float
+    left_out: int
+    """Scenarios left out of the geometric means: the denominator (best or single rule) sustains no rate."""
+
+
+def read_sweeps(paths: list[str]) -> dict[str, dict[str, float]]:
+    """Per scenario and policy, the highest sustained rate multiplier (the last file's entry stands)."""
+    table: dict[str, dict[str, float]] = defaultdict(dict)
+    for path in paths:
+        with open(path, encoding="utf-8") as handle:
+            for entry in json.load(handle):
+                table[entry["scenario"]][entry["policy"]] = float(entry["max_rate_scale"])
+    return table
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(max(v, 1e-9)) for v in values) / len(values)) if values else float("nan")
+
+
+def capacity_figures(table: dict[str, dict[str, float]], policy: str) -> tuple[list[str], str, list[CapacityFigures]]:
+    """The scenarios compared, the single best rule, and the figures of ``policy`` then of every rule.
+
+    Raises:
+        SystemExit: no scenario was swept with ``policy`` and at least one rule (one line).
+    """
+    scenarios = sorted(s for s, by in table.items() if policy in by and len(by) > 1)
+    if not scenarios:
+        raise SystemExit(f"--policy {policy}: no scenario was swept with it and a rule")
+    rules = sorted({p for s in scenarios for p in table[s] if p != policy})
+    rules = [r for r in rules if all(r in table[s] for s in scenarios)]
+    best = {s: max(table[s][r] for r in rules) for s in scenarios}
+
+    def ratios_over(p: str, denominator: dict[str, float]) -> list[float]:
+        return [table[s][p] / denominator[s] for s in scenarios if denominator[s] > 0]
+
+    def vs_best(r: str) -> float:
+        return _geomean(ratios_over(r, best))
+
+    single = max(rules, key=vs_best)
+    single_rate = {s: table[s][single] for s in scenarios}
+    out = []
+    for p in [policy, *rules]:
+        to_best = ratios_over(p, best)
+        out.append(
+            CapacityFigures(
+                policy=p,
+                at_least_best=sum(table[s][p] >= best[s] - 1e-9 for s in scenarios),
+                vs_best_geomean=_geomean(to_best),
+                vs_single_geomean=_geomean(ratios_over(p, single_rate)),
+                floor=min(to_best) if to_best else float("nan"),
+                left_out=sum(best[s] <= 0 for s in scenarios),
+            )
+        )
+    return scenarios, single, out
+
+
+def main() -> None:
+    """Print the capacity table (Markdown)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("sweeps", nargs="+")
+    parser.add_argument("--policy", required=True)
+    parser.add_argument("--rows", action="store_true", help="also print the per-scenario rates")
+    args = parser.parse_args()
+    table = read_sweeps(args.sweeps)
+    scenarios, single, figures = capacity_figures(table, args.policy)
+    n = len(scenarios)
+    print(f"{n} scenarios; single best rule over the set (geometric mean of rate × the per-scenario best): {single}\n")
+    print("| policy | ≥ best rule's rate | geo mean × per-scenario best rule | × single best rule | floor |")
+    print("|---|---:|---:|---:|---:|")
+    for f in figures:
+        print(
+            f"| {f.policy} | {f.at_least_best}/{n} | {f.vs_best_geomean:.3f} | {f.vs_single_geomean:.3f} "
+            f"| {f.floor:.3f} |"
+        )
+    left_out = figures[0].left_out
+    if left_out:
+        print(f"\n{left_out} scenario(s) where no rule sustains any rate are left out of the means and the floor.")
+    if args.rows:
+        names = [f.policy for f in figures]
+        print("\n| scenario | " + " | ".join(names) + " |")
+        print("|---|" + "---:|" * len(names))
+        for s in scenarios:
+            print(f"| {s} | " + " | ".join(f"{table[s][p]:.3f}" for p in names) + " |")
+
+
+if __name__ == "__main__":
+    main()
