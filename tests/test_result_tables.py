@@ -129,3 +129,15 @@ def test_a_capacity_table_for_a_policy_never_swept_is_refused_in_one_line(tmp_pa
     path.write_text(json.dumps([{"policy": "baseline:a", "scenario": "s", "max_rate_scale": 1.0}]), encoding="utf-8")
     with pytest.raises(SystemExit, match="--policy learned:x: no scenario was swept with it and a rule"):
         capacity.capacity_figures(capacity.read_sweeps([str(path)]), "learned:x")
+
+
+def test_a_policy_that_fails_the_lowest_probe_counts_as_half_of_it_not_as_zero(tmp_path: Path) -> None:
+    entries = [
+        {"policy": "learned:x", "scenario": "s", "max_rate_scale": 0.0},
+        {"policy": "baseline:a", "scenario": "s", "max_rate_scale": 0.25},
+    ]
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(entries), encoding="utf-8")
+    _, _, figures = capacity.capacity_figures(capacity.read_sweeps([str(path)]), "learned:x")
+    assert figures[0].floor == pytest.approx(capacity.ZERO_RATE_AS / 0.25)
+    assert figures[0].at_least_best == 0

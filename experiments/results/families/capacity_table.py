@@ -7,9 +7,13 @@ Reads every given ``sweep.json`` (one entry per policy and scenario: the highest
 (every other policy in the files), over the scenarios all of them were swept on:
 
 - the share of scenarios where it sustains at least the per-scenario best rule's rate;
-- the geometric mean of its rate over the per-scenario best rule's, and over the single rule best over the set
-  (scenarios where the denominator sustains no rate at all are left out of that mean and counted);
+- the geometric mean of its rate over the per-scenario best rule's, and over the single rule best over the set;
 - the lowest ratio to the per-scenario best rule (the floor).
+
+A rate of 0 means the policy failed the sweep's lowest probe (``pdctl evaluate --sweep-rate`` stops halving at
+1/16), so its true rate lies below 1/16: in the ratios it counts as :data:`ZERO_RATE_AS` (half that probe), not as
+0, which would make every geometric mean 0. Scenarios where no rule sustains any rate are left out of the ratios
+and counted.
 
 ``--rows`` also prints the per-scenario rates. Policies are named as in the sweep (``baseline:dynamo-legacy``, …).
 """
@@ -22,6 +26,9 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+ZERO_RATE_AS = 1 / 32
+"""The rate a ratio takes for a policy that failed the sweep's lowest probe (1/16): half that probe."""
+
 
 @dataclass(frozen=True)
 class CapacityFigures:
@@ -33,7 +40,7 @@ class CapacityFigures:
     vs_single_geomean: float
     floor: float
     left_out: int
-    """Scenarios left out of the geometric means: the denominator (best or single rule) sustains no rate."""
+    """Scenarios left out of the ratios: no rule sustains any rate there."""
 
 
 def read_sweeps(paths: list[str]) -> dict[str, dict[str, float]]:
@@ -63,8 +70,11 @@ def capacity_figures(table: dict[str, dict[str, float]], policy: str) -> tuple[l
     rules = [r for r in rules if all(r in table[s] for s in scenarios)]
     best = {s: max(table[s][r] for r in rules) for s in scenarios}
 
+    def rate(s: str, p: str) -> float:
+        return table[s][p] if table[s][p] > 0 else ZERO_RATE_AS
+
     def ratios_over(p: str, denominator: dict[str, float]) -> list[float]:
-        return [table[s][p] / denominator[s] for s in scenarios if denominator[s] > 0]
+        return [rate(s, p) / max(denominator[s], ZERO_RATE_AS) for s in scenarios if best[s] > 0]
 
     def vs_best(r: str) -> float:
         return _geomean(ratios_over(r, best))
