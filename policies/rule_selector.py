@@ -312,10 +312,7 @@ class SelectorNetwork:
         outs = [_member_scores(t, inputs) for t in self.members]
         if len(outs) == 1:
             return outs[0]
-        ratio = np.mean([1.0 / (1.0 + np.exp(-o.astype(np.float64))) for o in outs], axis=0)
-        ratio = np.clip(ratio, 1e-12, 1.0 - 1e-12)
-        out: np.ndarray = np.log(ratio / (1.0 - ratio))
-        return out
+        return _ratio_logits(np.mean([_score_ratios(o) for o in outs], axis=0))
 
 
 def _member_scores(t: Mapping[str, np.ndarray], inputs: np.ndarray) -> np.ndarray:
@@ -548,12 +545,10 @@ class RuleSelector:
         """The scores a judged window's challenger is chosen on (``switch_evidence``), as logits."""
         if self.manifest.switch_evidence == "window":
             return scores
-        ratios = 1.0 / (1.0 + np.exp(-np.asarray(scores, dtype=np.float64)))
+        ratios = _score_ratios(scores)
         state.ratio_sum = ratios if state.ratio_sum is None else state.ratio_sum + ratios
         state.ratio_windows += 1
-        mean = np.clip(state.ratio_sum / state.ratio_windows, 1e-12, 1.0 - 1e-12)
-        out: np.ndarray = np.log(mean / (1.0 - mean))
-        return out
+        return _ratio_logits(state.ratio_sum / state.ratio_windows)
 
     def _challenger(self, state: _GroupState, scores: np.ndarray) -> int:
         """The best-scored rule, or the acting one when the best does not beat it by ``switch_margin_frac``."""
@@ -575,6 +570,19 @@ class RuleSelector:
             state.rule, state.proposed, state.streak = best, None, 0
             state.ratio_sum, state.ratio_windows = None, 0
         return state.rule
+
+
+def _score_ratios(scores: np.ndarray) -> np.ndarray:
+    """The goodput ratios scores (logits) predict: their sigmoid, in float64."""
+    out: np.ndarray = 1.0 / (1.0 + np.exp(-np.asarray(scores, dtype=np.float64)))
+    return out
+
+
+def _ratio_logits(ratios: np.ndarray) -> np.ndarray:
+    """Scores (logits) of predicted goodput ratios, clipped off 0 and 1: the inverse of :func:`_score_ratios`."""
+    clipped = np.clip(ratios, 1e-12, 1.0 - 1e-12)
+    out: np.ndarray = np.log(clipped / (1.0 - clipped))
+    return out
 
 
 def _predicted_ratio(score: float) -> float:

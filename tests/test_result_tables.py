@@ -21,8 +21,9 @@ FAMILIES = Path(__file__).resolve().parents[1] / "experiments/results/families"
 LEARNED = "learned:experiments/results/learned"
 
 
-def _summarize_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("families_summarize", FAMILIES / "summarize.py")
+def _load(name: str, filename: str) -> ModuleType:
+    """A script of the results folder, imported as a module."""
+    spec = importlib.util.spec_from_file_location(name, FAMILIES / filename)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -31,7 +32,7 @@ def _summarize_module() -> ModuleType:
     return module
 
 
-summarize = _summarize_module()
+summarize = _load("families_summarize", "summarize.py")
 TABLES: list[dict[str, Any]] = yaml.safe_load((FAMILIES / "checked-tables.yaml").read_text(encoding="utf-8"))["tables"]
 
 
@@ -81,17 +82,7 @@ def test_a_quoted_figure_that_disagrees_with_the_csvs_is_caught() -> None:
     ]
 
 
-def _capacity_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("families_capacity_table", FAMILIES / "capacity_table.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-capacity = _capacity_module()
+capacity = _load("families_capacity_table", "capacity_table.py")
 
 
 def test_the_capacity_table_compares_sustained_rates_with_the_per_scenario_and_the_single_best_rule(
