@@ -293,6 +293,14 @@ class SelectorConfig(_Strict, SelectorBehaviour):
     rate_scales: Annotated[list[Annotated[float, Field(gt=0, le=10)]], Field(min_length=1)] = [1.0]
     """Every training scenario is also rolled out with every tenant's rate multiplied by each of these, so the
     selector sees loads beyond the family's (the capacity yardstick sweeps the rate)."""
+    bandwidth_scales: Annotated[list[Annotated[float, Field(gt=0, le=10)]], Field(min_length=1)] = [1.0]
+    """And with its KV-transfer link rate multiplied by each of these (:func:`agents.runs.scale_bandwidth`), so the
+    selector sees networks beyond the family's. The rollout conditions are every (rate scale, bandwidth scale)
+    pair, rate-major."""
+    conditions_per_scenario: Annotated[int, Field(ge=1)] | None = None
+    """Unset: every scenario runs under every condition. Set to *k*: scenario *i* runs under conditions
+    *i·k* … *i·k + k − 1* (modulo their number), so each condition is used about equally often while the rollouts
+    cost *k* conditions per scenario (:meth:`rollout_conditions`)."""
     label_window_intervals: Annotated[int, Field(ge=1, le=1000)] | None = None
     """Label each interval by what each rule achieved on the requests arriving in this many intervals from it
     (:func:`agents.selector_data.selector_targets`); unset: by the whole episode."""
@@ -308,7 +316,24 @@ class SelectorConfig(_Strict, SelectorBehaviour):
             raise ValueError(f"rules: unknown baseline {unknown[0]!r} (known: {', '.join(sorted(BASELINES))})")
         if len(set(self.rules)) != len(self.rules):
             raise ValueError("rules: a rule is listed twice")
+        for name, scales in (("rate_scales", self.rate_scales), ("bandwidth_scales", self.bandwidth_scales)):
+            if len(set(scales)) != len(scales):
+                raise ValueError(f"{name}: a scale is listed twice")
+        conditions = len(self.rate_scales) * len(self.bandwidth_scales)
+        if self.conditions_per_scenario is not None and self.conditions_per_scenario > conditions:
+            raise ValueError(
+                f"conditions_per_scenario: {self.conditions_per_scenario} exceeds the {conditions} conditions"
+                " (rate_scales x bandwidth_scales)"
+            )
         return self
+
+    def rollout_conditions(self, scenario_index: int) -> list[tuple[float, float]]:
+        """The (rate scale, bandwidth scale) pairs the ``scenario_index``-th training scenario is rolled out under."""
+        grid = [(rate, bandwidth) for rate in self.rate_scales for bandwidth in self.bandwidth_scales]
+        k = self.conditions_per_scenario
+        if k is None:
+            return grid
+        return [grid[(scenario_index * k + j) % len(grid)] for j in range(k)]
 
 
 class ExperimentConfig(_Strict):

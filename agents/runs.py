@@ -37,6 +37,7 @@ __all__ = [
     "episode_env",
     "run_episode",
     "running",
+    "scale_bandwidth",
     "scale_rates",
 ]
 
@@ -162,3 +163,24 @@ def scale_rates(scenario: Scenario, factor: float) -> Scenario:
             update = {"rate_scale": w.rate_scale * factor}  # type: ignore[union-attr]
         tenants.append(tenant.model_copy(update={"workload": w.model_copy(update=update)}))
     return scenario.model_copy(update={"tenants": tenants, "name": f"{scenario.name}@x{factor:g}"})
+
+
+def scale_bandwidth(scenario: Scenario, factor: float) -> Scenario:
+    """The scenario with its KV-transfer link rate multiplied by ``factor`` (below 1: a degraded network).
+
+    The base rate and every incident that sets a rate of its own are scaled; setup latency and failures are not.
+    """
+    if factor == 1.0:
+        return scenario
+    network = scenario.cluster.network
+    incidents = [
+        incident
+        if incident.link_bandwidth_bytes_per_s is None
+        else incident.model_copy(update={"link_bandwidth_bytes_per_s": incident.link_bandwidth_bytes_per_s * factor})
+        for incident in network.incidents
+    ]
+    scaled = network.model_copy(
+        update={"link_bandwidth_bytes_per_s": network.link_bandwidth_bytes_per_s * factor, "incidents": incidents}
+    )
+    cluster = scenario.cluster.model_copy(update={"network": scaled})
+    return scenario.model_copy(update={"cluster": cluster, "name": f"{scenario.name}@bw{factor:g}"})

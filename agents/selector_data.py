@@ -26,7 +26,7 @@ import numpy as np
 
 from agents.harness import slo_met_arrivals_s
 from agents.policy_specs import make_policy
-from agents.runs import episode_env, run_episode, scale_rates
+from agents.runs import episode_env, run_episode, scale_bandwidth, scale_rates
 from env.gym_env import PDClusterEnv, resolve_scenario
 from policies.base import Policy, PolicyContext
 from policies.features import Observation
@@ -63,6 +63,9 @@ class RolloutTask:
     traces_dir: str | None = None
     rate_scale: float = 1.0
     """Every tenant's request rate multiplied by this (:func:`agents.runs.scale_rates`): loads beyond the family's."""
+    bandwidth_scale: float = 1.0
+    """The KV-transfer link rate multiplied by this (:func:`agents.runs.scale_bandwidth`): networks beyond the
+    family's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,7 @@ class GroupRollout:
     """Width of the bins below: the scenario's control interval."""
     met_weighted_per_bin: np.ndarray | None = None
     """``[bins]``: Σ priority over the group's requests that **arrived** in each bin and met both objectives."""
+    bandwidth_scale: float = 1.0
 
 
 class _Recorder:
@@ -116,7 +120,9 @@ class _Recorder:
 def rule_rollout(task: RolloutTask) -> list[GroupRollout]:
     """Run ``task`` and return one :class:`GroupRollout` per tenant group (module docstring)."""
     start = time.perf_counter()
-    scenario = scale_rates(resolve_scenario(Path(task.scenario_path), task.traces_dir), task.rate_scale)
+    scenario = scale_bandwidth(
+        scale_rates(resolve_scenario(Path(task.scenario_path), task.traces_dir), task.rate_scale), task.bandwidth_scale
+    )
     recorder = _Recorder(make_policy(f"baseline:{task.rule}", scenario))
     env = episode_env(scenario, recorder.inner, task.traces_dir)
     sim = run_episode(env, recorder, task.seed).sim
@@ -145,6 +151,7 @@ def rule_rollout(task: RolloutTask) -> list[GroupRollout]:
                 decision_s=np.asarray(recorder.decision_s, dtype=np.float64),
                 bin_s=bin_s,
                 met_weighted_per_bin=met_per_bin,
+                bandwidth_scale=task.bandwidth_scale,
             )
         )
     return out
@@ -170,7 +177,7 @@ def collect_rollouts(
     return results
 
 
-_CACHE_FORMAT = 2
+_CACHE_FORMAT = 3
 
 
 def _read_cache(path: Path) -> dict[RolloutTask, tuple[list[GroupRollout], float]]:
@@ -306,11 +313,10 @@ def selector_targets(
     """
     if temperature_frac <= 0:
         raise ValueError(f"temperature_frac must be > 0, got {temperature_frac}")
-    by_group: dict[tuple[str, int, float, str], dict[str, GroupRollout]] = {}
+    by_group: dict[tuple[str, int, float, str, float], dict[str, GroupRollout]] = {}
     for rollout in rollouts:
-        by_group.setdefault((rollout.scenario, rollout.seed, rollout.rate_scale, rollout.group), {})[rollout.rule] = (
-            rollout
-        )
+        key = (rollout.scenario, rollout.seed, rollout.rate_scale, rollout.group, rollout.bandwidth_scale)
+        by_group.setdefault(key, {})[rollout.rule] = rollout
     xs: list[np.ndarray] = []
     rs: list[np.ndarray] = []
     ws: list[np.ndarray] = []

@@ -1,7 +1,8 @@
 """The rule selector's recipe (``algorithm: rule_selector``): roll out → label → fit → export → evaluate → register.
 
 1. **Roll out** — every rule of ``selector.rules`` runs the first ``selector.family_scenarios`` scenarios of the
-   family's training split on ``selector.seeds``, at each of ``selector.rate_scales``
+   family's training split on ``selector.seeds``, under each of its rollout conditions (``selector.rate_scales`` ×
+   ``selector.bandwidth_scales``, or ``selector.conditions_per_scenario`` of them in rotation)
    (:func:`agents.selector_data.collect_rollouts`); each tenant group's inputs at every interval and its goodput,
    per interval and over the episode, are kept per task in ``OUT/rollouts.pkl``, which a rerun into the same folder
    reads instead of simulating those tasks again (:func:`agents.selector_data.cached_rollouts`; the reported wall
@@ -99,9 +100,9 @@ def train_selector(
             config, out / "train-scenarios", config.family.train_split, selector.family_scenarios
         )
         tasks = [
-            RolloutTask(str(p), rule, seed, rate_scale=scale)
-            for p in paths
-            for scale in selector.rate_scales
+            RolloutTask(str(p), rule, seed, rate_scale=rate_scale, bandwidth_scale=bandwidth_scale)
+            for index, p in enumerate(paths)
+            for rate_scale, bandwidth_scale in selector.rollout_conditions(index)
             for seed in selector.seeds
             for rule in selector.rules
         ]
@@ -115,7 +116,7 @@ def train_selector(
         )
         fit_start = time.perf_counter()
         per_run = {
-            (r.scenario, r.seed, r.rate_scale, r.rule): len(r.inputs) for r in rollouts
+            (r.scenario, r.seed, r.rate_scale, r.bandwidth_scale, r.rule): len(r.inputs) for r in rollouts
         }  # every group of a run: same intervals
         intervals = sum(per_run.values())
         # 2. label, 3. fit
