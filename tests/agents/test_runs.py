@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agents.policy_specs import make_policy
-from agents.runs import episode_env, run_episode, running
+from agents.runs import episode_env, run_episode, running, scale_bandwidth
 from env.gym_env import ControlStep, PDClusterEnv
 from policies.base import PolicyContext
 from policies.features import Observation, ObservationLayout
@@ -118,3 +118,29 @@ def test_policies_that_need_the_env_are_bound_after_the_reset() -> None:
     env = episode_env(scenario, policy)
     assert run_episode(env, policy, 0).intervals == env.num_steps
     assert policy.env is env
+
+
+def test_scaling_the_link_rate_scales_the_base_rate_and_every_incident_that_sets_one() -> None:
+    from env.scenario import NetworkIncidentConfig
+
+    scenario = tiny_scenario()
+    network = scenario.cluster.network.model_copy(
+        update={
+            "link_bandwidth_bytes_per_s": 40e9,
+            "incidents": [
+                NetworkIncidentConfig(start_s=10, end_s=20, link_bandwidth_bytes_per_s=2e9),
+                NetworkIncidentConfig(start_s=30, end_s=40, failure_prob=0.5),
+            ],
+        }
+    )
+    scenario = scenario.model_copy(update={"cluster": scenario.cluster.model_copy(update={"network": network})})
+    assert scale_bandwidth(scenario, 1.0) is scenario
+    slow = scale_bandwidth(scenario, 0.1)
+    assert slow.name == f"{scenario.name}@bw0.1"
+    assert slow.cluster.network.link_bandwidth_bytes_per_s == pytest.approx(4e9)
+    first, second = slow.cluster.network.incidents
+    assert first.link_bandwidth_bytes_per_s == pytest.approx(2e8)
+    assert second.link_bandwidth_bytes_per_s is None
+    assert second.failure_prob == 0.5
+    assert slow.cluster.network.setup_latency_s == network.setup_latency_s
+    assert scenario.cluster.network.link_bandwidth_bytes_per_s == 40e9  # the original is untouched

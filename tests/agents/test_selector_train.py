@@ -73,6 +73,35 @@ def test_targets_are_each_rules_goodput_over_the_best_and_every_group_weighs_one
     assert g1 == pytest.approx(g2)  # 4 and 12 samples, one group each
 
 
+def test_the_same_group_under_another_link_rate_is_labelled_apart() -> None:
+    """Rollouts of one scenario under two bandwidth scales are two labelled groups, each with its own best rule."""
+    from dataclasses import replace
+
+    healthy = [_rollout("g1", "dynamo-legacy", 4.0, _inputs(0.0)), _rollout("g1", "aggregated", 2.0, _inputs(0.0))]
+    degraded = [
+        replace(_rollout("g1", "dynamo-legacy", 1.0, _inputs(1.0)), bandwidth_scale=0.1),
+        replace(_rollout("g1", "aggregated", 3.0, _inputs(1.0)), bandwidth_scale=0.1),
+    ]
+    data = selector_targets(healthy + degraded, RULES, 0.05)
+    assert data.groups == 2
+    assert data.best_counts == {"dynamo-legacy": 1, "aggregated": 1}
+    with pytest.raises(ValueError, match="group g1: no rollout of rule"):
+        selector_targets([healthy[0], degraded[1]], RULES, 0.05)  # not each other's siblings
+
+
+def test_rollout_conditions_cross_rate_and_link_scales_or_rotate_k_of_them_per_scenario() -> None:
+    crossed = SelectorConfig(rate_scales=[0.5, 1.0, 1.5], bandwidth_scales=[1.0, 0.1])
+    grid = [(0.5, 1.0), (0.5, 0.1), (1.0, 1.0), (1.0, 0.1), (1.5, 1.0), (1.5, 0.1)]
+    assert crossed.rollout_conditions(0) == crossed.rollout_conditions(7) == grid
+    rotated = crossed.model_copy(update={"conditions_per_scenario": 2})
+    assert [rotated.rollout_conditions(i) for i in range(4)] == [grid[0:2], grid[2:4], grid[4:6], grid[0:2]]
+    odd = crossed.model_copy(update={"conditions_per_scenario": 4})
+    assert odd.rollout_conditions(1) == [grid[4], grid[5], grid[0], grid[1]]  # wraps around the grid
+    used = [c for i in range(6) for c in odd.rollout_conditions(i)]
+    assert all(used.count(c) == 4 for c in grid)  # every condition equally often over a full cycle
+    assert SelectorConfig().rollout_conditions(3) == [(1.0, 1.0)]
+
+
 def _binned(rule: str, met_per_bin: list[float], inputs: np.ndarray) -> GroupRollout:
     bins = np.asarray(met_per_bin, dtype=np.float64)
     return GroupRollout(
@@ -303,6 +332,12 @@ def test_a_rollout_records_each_groups_inputs_every_interval_and_its_goodput(tmp
     offered = sum(r.offered_weighted_rps for r in rollouts)
     assert sum(r.offered_weighted_rps for r in doubled) == pytest.approx(2 * offered, rel=0.2)
     assert {r.rate_scale for r in doubled} == {2.0}
+    slow = rule_rollout(RolloutTask(str(path), "dynamo-legacy", 0, bandwidth_scale=0.01))
+    assert {r.bandwidth_scale for r in slow} == {0.01}
+    assert {r.scenario for r in slow} == {f"{scenario.name}@bw0.01"}
+    assert sum(r.offered_weighted_rps for r in slow) == pytest.approx(offered)  # the same arrivals
+    transfer = [value for value, _known in TRANSFER_COLUMNS]
+    assert not np.array_equal(slow[0].inputs[:, transfer], rollouts[0].inputs[:, transfer])  # the link is seen
 
 
 def test_rollouts_are_cached_per_task_in_the_run_folder_and_only_new_tasks_are_simulated(tmp_path: Path) -> None:
@@ -344,6 +379,9 @@ def test_rollouts_are_cached_per_task_in_the_run_folder_and_only_new_tasks_are_s
         ({"rules": ["aggregated"]}, "rules"),
         ({"seeds": [1000]}, "selector.seeds"),
         ({"rate_scales": [0.0]}, "selector.rate_scales"),
+        ({"rate_scales": [1.0, 1.0]}, "rate_scales: a scale is listed twice"),
+        ({"bandwidth_scales": [0.0]}, "selector.bandwidth_scales"),
+        ({"bandwidth_scales": [1.0, 0.1], "conditions_per_scenario": 3}, "conditions_per_scenario: 3 exceeds the 2"),
         ({"label_window_intervals": 0}, "selector.label_window_intervals"),
         ({"transfer_memory_s": -1}, "selector.transfer_memory_s"),
         ({"switch_patience_intervals": 101}, "selector.switch_patience_intervals"),
