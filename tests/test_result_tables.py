@@ -33,7 +33,9 @@ def _load(name: str, filename: str) -> ModuleType:
 
 
 summarize = _load("families_summarize", "summarize.py")
-TABLES: list[dict[str, Any]] = yaml.safe_load((FAMILIES / "checked-tables.yaml").read_text(encoding="utf-8"))["tables"]
+CHECKED: dict[str, Any] = yaml.safe_load((FAMILIES / "checked-tables.yaml").read_text(encoding="utf-8"))
+TABLES: list[dict[str, Any]] = CHECKED["tables"]
+CAPACITY_TABLES: list[dict[str, Any]] = CHECKED["capacity_tables"]
 
 
 def _flat(items: list[Any]) -> list[str]:
@@ -132,3 +134,39 @@ def test_a_policy_that_fails_the_lowest_probe_counts_as_half_of_it_not_as_zero(t
     _, _, figures = capacity.capacity_figures(capacity.read_sweeps([str(path)]), "learned:x")
     assert figures[0].floor == pytest.approx(capacity.ZERO_RATE_AS / 0.25)
     assert figures[0].at_least_best == 0
+
+
+def _check_capacity(table: dict[str, Any]) -> list[str]:
+    """What in a yardstick-(b) ``table`` disagrees with its recomputation from the sweeps (empty: all agrees)."""
+    scenarios, single, figures = capacity.capacity_figures(
+        capacity.read_sweeps(_flat(table["sweeps"])), table["policy"]
+    )
+    wrong = []
+    if single != table["single"]:
+        wrong.append(f"single best rule: quoted {table['single']}, the sweeps give {single}")
+    by_policy = {f.policy: f for f in figures}
+    for name, want in table["expect"].items():
+        fig = by_policy[name]
+        seen = {
+            "share": f"{fig.at_least_best}/{len(scenarios)}",
+            "x_best": round(fig.vs_best_geomean, 3),
+            "x_single": round(fig.vs_single_geomean, 3),
+            "floor": round(fig.floor, 3),
+        }
+        wrong += [f"{name} {k}: quoted {v}, the sweeps give {seen[k]}" for k, v in want.items() if seen[k] != v]
+    return wrong
+
+
+@pytest.mark.parametrize("table", CAPACITY_TABLES, ids=[t["name"] for t in CAPACITY_TABLES])
+def test_a_quoted_capacity_table_is_what_its_sweeps_give(table: dict[str, Any]) -> None:
+    assert _check_capacity(table) == []
+
+
+def test_a_quoted_capacity_figure_that_disagrees_with_the_sweeps_is_caught() -> None:
+    table = {**CAPACITY_TABLES[0], "single": "baseline:nope"}
+    name, right = next(iter(table["expect"].items()))
+    table["expect"] = {name: {**right, "share": "0/40"}}
+    assert _check_capacity(table) == [
+        "single best rule: quoted baseline:nope, the sweeps give baseline:aggregated",
+        f"{name} share: quoted 0/40, the sweeps give {right['share']}",
+    ]
