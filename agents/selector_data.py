@@ -158,22 +158,33 @@ def rule_rollout(task: RolloutTask) -> list[GroupRollout]:
 
 
 def collect_rollouts(
-    tasks: Sequence[RolloutTask], workers: int, on_done: Callable[[int, int], None] | None = None
+    tasks: Sequence[RolloutTask],
+    workers: int,
+    on_done: Callable[[int, int], None] | None = None,
+    on_task: Callable[[int, list[GroupRollout]], None] | None = None,
 ) -> list[list[GroupRollout]]:
-    """Run ``tasks`` over ``workers`` processes; each task's rollouts, in task order (``on_done(done, total)``)."""
+    """Run ``tasks`` over ``workers`` processes; each task's rollouts, in task order.
+
+    ``on_task(index, rollouts)`` is called as each task finishes (``index`` into ``tasks``), then
+    ``on_done(done, total)``.
+    """
     results: list[list[GroupRollout]] = [[] for _ in tasks]
+
+    def finished(index: int, rollouts: list[GroupRollout], done: int) -> None:
+        results[index] = rollouts
+        if on_task is not None:
+            on_task(index, rollouts)
+        if on_done is not None:
+            on_done(done, len(tasks))
+
     if workers <= 1:
         for i, task in enumerate(tasks):
-            results[i] = rule_rollout(task)
-            if on_done is not None:
-                on_done(i + 1, len(tasks))
+            finished(i, rule_rollout(task), i + 1)
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             futures = {pool.submit(rule_rollout, task): i for i, task in enumerate(tasks)}
             for done, future in enumerate(as_completed(futures), start=1):
-                results[futures[future]] = future.result()
-                if on_done is not None:
-                    on_done(done, len(tasks))
+                finished(futures[future], future.result(), done)
     return results
 
 
@@ -193,34 +204,58 @@ def _read_cache(path: Path) -> dict[RolloutTask, tuple[list[GroupRollout], float
     return {}
 
 
+def _write_cache(path: Path, entries: dict[RolloutTask, tuple[list[GroupRollout], float]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("wb") as fh:
+        pickle.dump({"format": _CACHE_FORMAT, "entries": entries}, fh)
+    tmp.replace(path)
+
+
 def cached_rollouts(
-    path: Path, tasks: Sequence[RolloutTask], workers: int, on_done: Callable[[int, int], None] | None = None
+    path: Path,
+    tasks: Sequence[RolloutTask],
+    workers: int,
+    on_done: Callable[[int, int], None] | None = None,
+    checkpoint_s: float = 300.0,
 ) -> tuple[list[GroupRollout], float]:
     """The rollouts of ``tasks``, in task order, and the seconds they took to simulate, cached per task at ``path``.
 
     Tasks the cache holds are read; the others are run (:func:`collect_rollouts`; ``on_done`` counts only them)
-    and added, so a run that adds a rate scale or scenarios simulates only what is new. Each task keeps its share of
-    the wall time of the batch that ran it, in proportion to its own process time; the seconds returned are the sum
-    over ``tasks``, which for a run from scratch is exactly its wall time. A task names its scenario file, which the
-    recipe writes under its output folder, so the cache serves reruns into the same folder. The cache is the run's
-    own output (a pickle written here); a file that cannot be read, or is of another format, is replaced.
+    and added, so a run that adds a rate scale or scenarios simulates only what is new. The cache is rewritten with
+    the tasks finished so far at least every ``checkpoint_s`` seconds (as a task finishes) and at the end, so a run
+    that is stopped resumes from its last checkpoint. The wall time between two writes is shared among the tasks
+    finished in it, in proportion to their own process time; the seconds returned are the sum over ``tasks``, which
+    for a run from scratch in one go is exactly its wall time. A task names its scenario file, which the recipe
+    writes under its output folder, so the cache serves reruns into the same folder. The cache is the run's own
+    output (a pickle written here); a file that cannot be read, or is of another format, is replaced.
     """
     entries = _read_cache(path)
     missing = [task for task in dict.fromkeys(tasks) if task not in entries]
     if missing:
-        start = time.perf_counter()
-        fresh = collect_rollouts(missing, workers, on_done)
-        batch_s = time.perf_counter() - start
-        own_s = [per_task[0].wall_s if per_task else 0.0 for per_task in fresh]
-        total_own_s = math.fsum(own_s)
-        for task, per_task, own in zip(missing, fresh, own_s, strict=True):
-            share = batch_s * own / total_own_s if total_own_s > 0 else batch_s / len(missing)
-            entries[task] = (per_task, share)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        with tmp.open("wb") as fh:
-            pickle.dump({"format": _CACHE_FORMAT, "entries": entries}, fh)
-        tmp.replace(path)
+        pending: list[tuple[RolloutTask, list[GroupRollout]]] = []
+        mark = time.perf_counter()
+
+        def checkpoint() -> None:
+            nonlocal mark
+            now = time.perf_counter()
+            own_s = [per_task[0].wall_s if per_task else 0.0 for _task, per_task in pending]
+            total_own_s = math.fsum(own_s)
+            for (task, per_task), own in zip(pending, own_s, strict=True):
+                share = (now - mark) * own / total_own_s if total_own_s > 0 else (now - mark) / len(pending)
+                entries[task] = (per_task, share)
+            pending.clear()
+            mark = now
+            _write_cache(path, entries)
+
+        def keep(index: int, rollouts: list[GroupRollout]) -> None:
+            pending.append((missing[index], rollouts))
+            if time.perf_counter() - mark >= checkpoint_s:
+                checkpoint()
+
+        collect_rollouts(missing, workers, on_done, keep)
+        if pending:
+            checkpoint()
     rollouts = [r for task in tasks for r in entries[task][0]]
     return rollouts, math.fsum(entries[task][1] for task in tasks)
 

@@ -372,6 +372,27 @@ def test_rollouts_are_cached_per_task_in_the_run_folder_and_only_new_tasks_are_s
     assert simulated == [1, 1, 1]  # an unreadable cache is replaced
 
 
+def test_a_stopped_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
+    config = load_experiment(_experiment(tmp_path, _small_family(tmp_path)))
+    from agents.set_training import family_split_paths
+
+    (path,) = family_split_paths(config, tmp_path / "scenarios", "train", 1)
+    tasks = [RolloutTask(str(path), rule, 0) for rule in RULES]
+    cache = tmp_path / "run" / "rollouts.pkl"
+
+    def stop_after_the_first(done: int, total: int) -> None:
+        if done == 1:
+            raise KeyboardInterrupt  # what stopping a run by hand raises
+
+    with pytest.raises(KeyboardInterrupt):
+        cached_rollouts(cache, tasks, 1, stop_after_the_first, checkpoint_s=0.0)
+    simulated: list[int] = []
+    rollouts, rollout_s = cached_rollouts(cache, tasks, 1, lambda done, total: simulated.append(done))
+    assert simulated == [1]  # only the task the stopped run had not finished
+    assert [r.rule for r in rollouts] == [RULES[0]] * 2 + [RULES[1]] * 2
+    assert rollout_s > 0
+
+
 @pytest.mark.parametrize(
     ("selector", "message"),
     [
