@@ -89,6 +89,7 @@ class GroupRollout:
     met_weighted_per_bin: np.ndarray | None = None
     """``[bins]``: Σ priority over the group's requests that **arrived** in each bin and met both objectives."""
     bandwidth_scale: float = 1.0
+    """The task's KV-link multiplier (:attr:`RolloutTask.bandwidth_scale`); last, so caches keep their field order."""
 
 
 class _Recorder:
