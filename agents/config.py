@@ -308,6 +308,9 @@ class SelectorConfig(_Strict, SelectorBehaviour):
     """Fill each rollout's unknown KV-transfer features from a sibling rule's rollout of the same interval
     (:func:`agents.selector_data.shared_transfer_inputs`): what a selector with ``transfer_memory_s`` reads while
     it runs ``aggregated``."""
+    balance_best_rules: bool = False
+    """Weigh each labelled group in inverse proportion to how many groups share its best rule, so every rule's wins
+    weigh the same in the fit (:func:`agents.selector_data.selector_targets`); unset: every group weighs 1."""
 
     @model_validator(mode="after")
     def _known_rules(self) -> SelectorConfig:

@@ -327,6 +327,7 @@ def selector_targets(
     temperature_frac: float,
     window_intervals: int | None = None,
     share_transfer: bool = False,
+    balance_best_rules: bool = False,
 ) -> SelectorDataset:
     """Targets per labelled group: each rule's goodput over the best rule's, and a soft best-rule distribution.
 
@@ -342,7 +343,10 @@ def selector_targets(
     same group and interval (:func:`shared_transfer_inputs`).
 
     A group whose every rule has zero goodput teaches nothing and is left out. Each group's samples are all its
-    rollouts' intervals (under every rule), weighted to 1 in all.
+    rollouts' intervals (under every rule), weighted to 1 in all. With ``balance_best_rules`` a group instead
+    weighs in inverse proportion to how many groups share its best rule (over the whole episode, as counted in
+    :attr:`SelectorDataset.best_counts`), so the groups each rule is best on weigh the same in all: a rule best on
+    few groups is not outvoted by the rule best on most.
 
     Raises:
         ValueError: a group lacks a rollout of some rule, or ``temperature_frac`` is not positive.
@@ -356,6 +360,7 @@ def selector_targets(
     xs: list[np.ndarray] = []
     rs: list[np.ndarray] = []
     ws: list[np.ndarray] = []
+    ws_best: list[int] = []  # each ws entry's group's best rule
     best_counts = dict.fromkeys(rules, 0)
     labelled = 0
     for key, per_rule in sorted(by_group.items()):
@@ -379,7 +384,8 @@ def selector_targets(
         if not keep.any():
             continue
         labelled += 1
-        best_counts[rules[int(np.argmax(goodput))]] += 1
+        best = int(np.argmax(goodput))
+        best_counts[rules[best]] += 1
         share = importance[keep] / importance[keep].sum() / len(rules)
         inputs = [per_rule[rule].inputs for rule in rules]
         if share_transfer:
@@ -388,8 +394,13 @@ def selector_targets(
             xs.append(x[keep])
             rs.append(ratios[keep])
             ws.append(share)
+            ws_best.append(best)
     if not xs:
         raise ValueError("no labelled group: every rollout had zero goodput")
+    if balance_best_rules:
+        counts = [best_counts[rule] for rule in rules]
+        winners = sum(1 for c in counts if c > 0)
+        ws = [w * labelled / (winners * counts[b]) for w, b in zip(ws, ws_best, strict=True)]
     ratios_all = np.concatenate(rs)
     logits = (ratios_all - 1.0) / temperature_frac
     targets = np.exp(logits - logits.max(1, keepdims=True))

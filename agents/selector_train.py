@@ -126,6 +126,7 @@ def train_selector(
             selector.temperature_frac,
             window_intervals=selector.label_window_intervals,
             share_transfer=selector.share_transfer,
+            balance_best_rules=selector.balance_best_rules,
         )
         fit = fit_recipe(data, selector, config.seed)
         wall_s = rollout_s + time.perf_counter() - fit_start  # a run from scratch, also when the rollouts were cached

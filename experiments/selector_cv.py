@@ -53,6 +53,7 @@ def _labelled(rollouts: list[GroupRollout], fold: set[str], inside: bool, select
         selector.temperature_frac,
         window_intervals=selector.label_window_intervals,
         share_transfer=selector.share_transfer,
+        balance_best_rules=selector.balance_best_rules,
     )
 
 

@@ -73,6 +73,29 @@ def test_targets_are_each_rules_goodput_over_the_best_and_every_group_weighs_one
     assert g1 == pytest.approx(g2)  # 4 and 12 samples, one group each
 
 
+def test_balanced_labels_weigh_each_rules_wins_the_same_in_all() -> None:
+    """Three groups best under legacy and one under aggregated: balanced, the one weighs what the three do."""
+    rollouts = [
+        r
+        for g, (legacy, aggregated) in enumerate([(4.0, 1.0), (3.0, 2.0), (5.0, 1.0), (1.0, 2.0)])
+        for r in (
+            _rollout(f"g{g}", "dynamo-legacy", legacy, _inputs(float(g), 2 + g)),
+            _rollout(f"g{g}", "aggregated", aggregated, _inputs(float(g), 2 + g)),
+        )
+    ]
+    plain = selector_targets(rollouts, RULES, 0.05)
+    balanced = selector_targets(rollouts, RULES, 0.05, balance_best_rules=True)
+    assert plain.best_counts == balanced.best_counts == {"dynamo-legacy": 3, "aggregated": 1}
+    np.testing.assert_array_equal(plain.inputs, balanced.inputs)
+    np.testing.assert_array_equal(plain.ratios, balanced.ratios)
+    aggregated_best = balanced.inputs[:, 0] == 3.0
+    for data, share in ((plain, 0.25), (balanced, 0.5)):
+        assert data.weights.mean() == pytest.approx(1.0)
+        assert data.weights[aggregated_best].sum() / data.weights.sum() == pytest.approx(share)
+    g0, g1 = (balanced.weights[balanced.inputs[:, 0] == g].sum() for g in (0.0, 1.0))
+    assert g0 == pytest.approx(g1)  # within a rule's wins, every group still weighs the same
+
+
 def test_the_same_group_under_another_link_rate_is_labelled_apart() -> None:
     """Rollouts of one scenario under two bandwidth scales are two labelled groups, each with its own best rule."""
     from dataclasses import replace
