@@ -167,7 +167,8 @@ def collect_rollouts(
     """Run ``tasks`` over ``workers`` processes; each task's rollouts, in task order.
 
     ``on_task(index, rollouts)`` is called as each task finishes (``index`` into ``tasks``), then
-    ``on_done(done, total)``.
+    ``on_done(done, total)``. If either raises, or a task fails, or the run is stopped, the tasks not yet started
+    are cancelled and the exception propagates once the running ones end.
     """
     results: list[list[GroupRollout]] = [[] for _ in tasks]
 
@@ -184,8 +185,12 @@ def collect_rollouts(
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             futures = {pool.submit(rule_rollout, task): i for i, task in enumerate(tasks)}
-            for done, future in enumerate(as_completed(futures), start=1):
-                finished(futures[future], future.result(), done)
+            try:
+                for done, future in enumerate(as_completed(futures), start=1):
+                    finished(futures[future], future.result(), done)
+            except BaseException:  # stopped (Ctrl-C) or failed: start no queued task, wait only for running ones
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
     return results
 
 

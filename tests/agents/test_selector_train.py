@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from agents.selector_data import (
     GroupRollout,
     RolloutTask,
     cached_rollouts,
+    collect_rollouts,
     rule_rollout,
     selector_targets,
     shared_transfer_inputs,
@@ -414,6 +416,27 @@ def test_a_stopped_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
     assert simulated == [1]  # only the task the stopped run had not finished
     assert [r.rule for r in rollouts] == [RULES[0]] * 2 + [RULES[1]] * 2
     assert rollout_s > 0
+
+
+def _marking_rollout(task: RolloutTask) -> list[GroupRollout]:
+    """A stand-in task for the pool's bookkeeping: marks that it started (a file), takes a moment, yields nothing."""
+    Path(task.scenario_path).touch()
+    time.sleep(0.5)
+    return []
+
+
+def test_a_stopped_pool_starts_none_of_its_queued_tasks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C during a parallel run: the queued tasks are cancelled, not run to the end before the stop is seen."""
+    monkeypatch.setattr("agents.selector_data.rule_rollout", _marking_rollout)  # forked workers inherit it
+    tasks = [RolloutTask(str(tmp_path / f"task-{i}"), "dynamo-legacy", 0) for i in range(40)]
+
+    def stop(index: int, rollouts: list[GroupRollout]) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        collect_rollouts(tasks, 2, on_task=stop)
+    started = len(list(tmp_path.glob("task-*")))
+    assert 1 <= started < 10  # the running ones and the few already handed to a worker, not all 40
 
 
 @pytest.mark.parametrize(
