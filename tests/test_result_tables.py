@@ -117,6 +117,26 @@ def test_the_capacity_table_compares_sustained_rates_with_the_per_scenario_and_t
     assert rule_b.at_least_best == 1  # only s3, where nobody sustains any rate
 
 
+def test_policies_named_not_rules_are_left_out_of_the_best_rule(tmp_path: Path) -> None:
+    """A grid optimum or another learned policy swept beside the rules is no rule: it does not raise the bar."""
+    entries = [
+        {"policy": p, "scenario": "s", "max_rate_scale": r}
+        for p, r in (("learned:x", 0.5), ("baseline:a", 0.4), ("grid:", 0.8), ("learned:y", 0.9))
+    ]
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(entries), encoding="utf-8")
+    table = capacity.read_sweeps([str(path)])
+    _, single, figures = capacity.capacity_figures(table, "learned:x", ("learned:", "grid:"))
+    assert single == "baseline:a"
+    assert [f.policy for f in figures] == ["learned:x", "baseline:a"]
+    assert figures[0].at_least_best == 1
+    _, single, figures = capacity.capacity_figures(table, "learned:x")  # by default every other policy is a rule
+    assert single == "learned:y"
+    assert figures[0].at_least_best == 0
+    with pytest.raises(SystemExit, match="--policy learned:x: no rule was swept on every scenario it was"):
+        capacity.capacity_figures(table, "learned:x", ("learned:", "grid:", "baseline:"))
+
+
 def test_a_capacity_table_for_a_policy_never_swept_is_refused_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps([{"policy": "baseline:a", "scenario": "s", "max_rate_scale": 1.0}]), encoding="utf-8")
@@ -139,7 +159,7 @@ def test_a_policy_that_fails_the_lowest_probe_counts_as_half_of_it_not_as_zero(t
 def _check_capacity(table: dict[str, Any]) -> list[str]:
     """What in a yardstick-(b) ``table`` disagrees with its recomputation from the sweeps (empty: all agrees)."""
     scenarios, single, figures = capacity.capacity_figures(
-        capacity.read_sweeps(_flat(table["sweeps"])), table["policy"]
+        capacity.read_sweeps(_flat(table["sweeps"])), table["policy"], table.get("not_rules", ())
     )
     wrong = []
     if single != table["single"]:

@@ -1,10 +1,12 @@
 """Summarise `pdctl evaluate --sweep-rate` runs on a scenario family: yardstick (b) against the rules.
 
-Usage: python experiments/results/families/capacity_table.py SWEEP.json [SWEEP.json ...] --policy SPEC [--rows]
+Usage: python experiments/results/families/capacity_table.py SWEEP.json [SWEEP.json ...] --policy SPEC
+    [--not-a-rule TEXT ...] [--rows]
 
 Reads every given ``sweep.json`` (one entry per policy and scenario: the highest rate multiplier at which at least
 ``target_frac`` of requests met both SLOs) and prints, for the policy named with ``--policy`` and for each rule
-(every other policy in the files), over the scenarios all of them were swept on:
+(every other policy in the files, but those whose spec contains a ``--not-a-rule`` text, e.g. ``learned:``, when
+several policies were swept beside the rules), over the scenarios all of them were swept on:
 
 - the share of scenarios where it sustains at least the per-scenario best rule's rate;
 - the geometric mean of its rate over the per-scenario best rule's, and over the single rule best over the set;
@@ -24,6 +26,7 @@ import argparse
 import json
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 ZERO_RATE_AS = 1 / 32
@@ -57,8 +60,12 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(max(v, 1e-9)) for v in values) / len(values)) if values else float("nan")
 
 
-def capacity_figures(table: dict[str, dict[str, float]], policy: str) -> tuple[list[str], str, list[CapacityFigures]]:
+def capacity_figures(
+    table: dict[str, dict[str, float]], policy: str, not_rules: Sequence[str] = ()
+) -> tuple[list[str], str, list[CapacityFigures]]:
     """The scenarios compared, the single best rule, and the figures of ``policy`` then of every rule.
+
+    The rules are every other policy in ``table`` whose spec contains none of ``not_rules``.
 
     Raises:
         SystemExit: no scenario was swept with ``policy`` and at least one rule (one line).
@@ -67,7 +74,9 @@ def capacity_figures(table: dict[str, dict[str, float]], policy: str) -> tuple[l
     if not scenarios:
         raise SystemExit(f"--policy {policy}: no scenario was swept with it and a rule")
     rules = sorted({p for s in scenarios for p in table[s] if p != policy})
-    rules = [r for r in rules if all(r in table[s] for s in scenarios)]
+    rules = [r for r in rules if all(r in table[s] for s in scenarios) and not any(t in r for t in not_rules)]
+    if not rules:
+        raise SystemExit(f"--policy {policy}: no rule was swept on every scenario it was")
     best = {s: max(table[s][r] for r in rules) for s in scenarios}
 
     def rate(s: str, p: str) -> float:
@@ -102,10 +111,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("sweeps", nargs="+")
     parser.add_argument("--policy", required=True)
+    parser.add_argument(
+        "--not-a-rule", action="append", default=[], metavar="TEXT", help="no policy whose spec has TEXT is a rule"
+    )
     parser.add_argument("--rows", action="store_true", help="also print the per-scenario rates")
     args = parser.parse_args()
     table = read_sweeps(args.sweeps)
-    scenarios, single, figures = capacity_figures(table, args.policy)
+    scenarios, single, figures = capacity_figures(table, args.policy, args.not_a_rule)
     n = len(scenarios)
     print(f"{n} scenarios; single best rule over the set (geometric mean of rate × the per-scenario best): {single}\n")
     print("| policy | ≥ best rule's rate | geo mean × per-scenario best rule | × single best rule | floor |")
