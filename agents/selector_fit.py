@@ -9,7 +9,7 @@ scores exactly what the fitted module does. :func:`export_selector` writes the a
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,11 +18,11 @@ import torch
 from safetensors.numpy import save_file
 
 from agents.config import SelectorConfig
-from agents.selector_data import SelectorDataset
+from agents.selector_data import GroupRollout, SelectorDataset, selector_targets
 from policies.learned import MANIFEST_NAME, WEIGHTS_NAME
 from policies.rule_selector import GROUP_INPUT_WIDTH, UNVARIED_SCALE, SelectorManifest, SelectorNetwork
 
-__all__ = ["FitResult", "export_selector", "fit_recipe", "fit_selector"]
+__all__ = ["FitResult", "export_selector", "fit_recipe", "fit_selector", "label_recipe"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +130,18 @@ def _fit_one(data: SelectorDataset, hyper: _Hyper, seed: int) -> FitResult:
         tensors[f"{name}.weight"] = layer.weight.detach().numpy().astype(np.float32).copy()
         tensors[f"{name}.bias"] = layer.bias.detach().numpy().astype(np.float32).copy()
     return FitResult(tensors, losses, agreement)
+
+
+def label_recipe(rollouts: Sequence[GroupRollout], selector: SelectorConfig) -> SelectorDataset:
+    """:func:`agents.selector_data.selector_targets` with a recipe's labelling settings (its ``selector`` section)."""
+    return selector_targets(
+        rollouts,
+        selector.rules,
+        selector.temperature_frac,
+        window_intervals=selector.label_window_intervals,
+        share_transfer=selector.share_transfer,
+        balance_best_rules=selector.balance_best_rules,
+    )
 
 
 def fit_recipe(data: SelectorDataset, selector: SelectorConfig, seed: int) -> FitResult:

@@ -32,8 +32,8 @@ import torch
 from agents.config import ExperimentConfig
 from agents.evaluate import evaluate_policies
 from agents.registry import log_evidence, register_policy, training_evidence, training_run
-from agents.selector_data import ROLLOUT_CACHE_NAME, RolloutTask, cached_rollouts, selector_targets
-from agents.selector_fit import export_selector, fit_recipe
+from agents.selector_data import ROLLOUT_CACHE_NAME, RolloutTask, cached_rollouts
+from agents.selector_fit import export_selector, fit_recipe, label_recipe
 from agents.set_training import family_split_paths, held_out_paths, scenario_source
 from agents.tracking import git_commit, run_name
 from env.set_env import FamilyDraw
@@ -120,14 +120,7 @@ def train_selector(
         }  # every group of a run: same intervals
         intervals = sum(per_run.values())
         # 2. label, 3. fit
-        data = selector_targets(
-            rollouts,
-            selector.rules,
-            selector.temperature_frac,
-            window_intervals=selector.label_window_intervals,
-            share_transfer=selector.share_transfer,
-            balance_best_rules=selector.balance_best_rules,
-        )
+        data = label_recipe(rollouts, selector)
         fit = fit_recipe(data, selector, config.seed)
         wall_s = rollout_s + time.perf_counter() - fit_start  # a run from scratch, also when the rollouts were cached
         for epoch, loss in enumerate(fit.losses):

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from agents.config import SelectorConfig, load_experiment
-from agents.selector_data import GroupRollout, SelectorDataset, selector_targets
-from agents.selector_fit import fit_recipe
+from agents.selector_data import GroupRollout, SelectorDataset
+from agents.selector_fit import fit_recipe, label_recipe
 from policies.rule_selector import SelectorNetwork
 
 
@@ -47,14 +47,7 @@ def _base(scenario: str) -> str:
 
 def _labelled(rollouts: list[GroupRollout], fold: set[str], inside: bool, selector: SelectorConfig) -> SelectorDataset:
     """The labelled samples of the scenarios in ``fold`` (``inside``) or of all the others."""
-    return selector_targets(
-        [r for r in rollouts if (_base(r.scenario) in fold) == inside],
-        selector.rules,
-        selector.temperature_frac,
-        window_intervals=selector.label_window_intervals,
-        share_transfer=selector.share_transfer,
-        balance_best_rules=selector.balance_best_rules,
-    )
+    return label_recipe([r for r in rollouts if (_base(r.scenario) in fold) == inside], selector)
 
 
 def main() -> None:
