@@ -46,6 +46,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from env.workloads.config import WorkloadConfig, resolve_paths
 from env.workloads.trace_catalog import default_traces_dir
 from policies.schema import Slo, Tenant, TenantGroup
+from policies.transfer_health import DEFAULT_MIN_SAMPLES, DEFAULT_UNHEALTHY_FRAC, DEFAULT_WINDOW_S
 
 __all__ = [
     "ClusterConfig",
@@ -123,7 +124,10 @@ class NetworkConfig(_Strict):
     conversions at ``layout_bandwidth_bytes_per_s`` paid only when prefill and decode TP differ.
 
     ``incidents`` change the link rate, setup latency and failure probability for periods of the episode (a
-    congested or flapping fabric, then recovery); :meth:`at` gives the settings in effect at a time. They are
+    congested or flapping fabric, then recovery); :meth:`at` gives the settings in effect at a time.
+
+    The router's KV-transfer breaker (:class:`policies.transfer_health.TransferBreaker`) judges the path over the
+    last ``health_window_s`` of outcomes, as the router does with the same defaults. They are
     validated sorted, not overlapping and within ``duration_s``.
     """
 
@@ -135,7 +139,14 @@ class NetworkConfig(_Strict):
     failure_prob: Probability = Field(default=0.0, description="Per-transfer failure.")
     timeout_s: PositiveFloat = Field(default=5.0, description="A transfer not done after this is abandoned.")
     unhealthy_failure_frac: Annotated[float, Field(gt=0, le=1)] = Field(
-        default=0.5, description="Recent failure fraction above which the router sees the path as unhealthy."
+        default=DEFAULT_UNHEALTHY_FRAC,
+        description="Failed fraction of the breaker's window at which the router sees the path as unhealthy.",
+    )
+    health_window_s: PositiveFloat = Field(
+        default=DEFAULT_WINDOW_S, description="Seconds of transfer outcomes the breaker judges (router: same)."
+    )
+    health_min_samples: Annotated[int, Field(ge=1)] = Field(
+        default=DEFAULT_MIN_SAMPLES, description="Outcomes in the window before the path can be judged unhealthy."
     )
     incidents: list[NetworkIncidentConfig] = Field(
         default_factory=list,

@@ -16,17 +16,19 @@
 * **KV-transfer health**: outcomes of remote legs (prefill error or timeout, pull failure, pull timeout) over a
   sliding window; unhealthy when at least ``transfer_min_samples`` outcomes are in the window and the failure
   fraction reaches ``transfer_unhealthy_frac``. Unhealthy routes everything local, so no new outcomes arrive;
-  the window then empties and the path is tried again (half-open), which bounds an outage's cost. The breaker
-  logs (``pdctl.router``, WARNING) when it opens and when it closes.
+  the window then empties and the path is tried again (half-open), which bounds an outage's cost. The judgment is
+  the core's (:class:`policies.transfer_health.TransferBreaker`, the simulator's too); the router's breaker logs
+  (``pdctl.router``, WARNING) when it opens and when it closes.
 """
 
 from __future__ import annotations
 
 import logging
 import zlib
-from collections import OrderedDict, deque
+from collections import OrderedDict
 
 from policies.placement import PrefillRate
+from policies.transfer_health import TransferBreaker
 
 __all__ = ["PrefillRate", "PrefixTracker", "TransferHealth", "prefix_blocks"]
 
@@ -78,59 +80,21 @@ class PrefixTracker:
         self._blocks.clear()
 
 
-class TransferHealth:
-    """Sliding-window failure fraction of the remote (P→D) path."""
+class TransferHealth(TransferBreaker):
+    """The router's KV-transfer breaker: :class:`policies.transfer_health.TransferBreaker`, logging its changes."""
 
     def __init__(self, window_s: float, min_samples: int, unhealthy_frac: float) -> None:
-        self.window_s = window_s
-        self.min_samples = min_samples
-        self.unhealthy_frac = unhealthy_frac
-        self._events: deque[tuple[float, bool]] = deque()
-        self._failures = 0
-        self._open = False
+        super().__init__(window_s, min_samples, unhealthy_frac, self._log_change)
 
-    def record(self, now_s: float, ok: bool) -> None:
-        """Add one remote-path outcome."""
-        self._events.append((now_s, ok))
-        if not ok:
-            self._failures += 1
-        self._trim(now_s)
-        self._judge()
-
-    def _trim(self, now_s: float) -> None:
-        events = self._events
-        horizon = now_s - self.window_s
-        while events and events[0][0] < horizon:
-            _, ok = events.popleft()
-            if not ok:
-                self._failures -= 1
-
-    def healthy(self, now_s: float) -> bool:
-        """Whether the remote path may be used."""
-        self._trim(now_s)
-        return not self._judge()
-
-    def _judge(self) -> bool:
-        """Whether the breaker is open now; logs when it opens or closes (once per change)."""
-        n = len(self._events)
-        is_open = n >= self.min_samples and self._failures / n >= self.unhealthy_frac
-        if is_open != self._open:
-            self._open = is_open
-            if is_open:
-                _log.warning(
-                    "KV transfer breaker opened: %d of the last %d remote requests in %.0f s failed (limit %.0f %%); "
-                    "new requests are served with local prefill until the window clears",
-                    self._failures, n, self.window_s, 100 * self.unhealthy_frac,
-                )  # fmt: skip
-            else:
-                _log.warning(
-                    "KV transfer breaker closed: %d of %d remote requests in the last %.0f s failed; remote prefill "
-                    "resumes", self._failures, n, self.window_s,
-                )  # fmt: skip
-        return is_open
-
-    def failure_frac(self, now_s: float) -> float | None:
-        """Failure fraction in the window (None when empty)."""
-        self._trim(now_s)
-        n = len(self._events)
-        return None if n == 0 else self._failures / n
+    def _log_change(self, is_open: bool, failures: int, outcomes: int) -> None:
+        if is_open:
+            _log.warning(
+                "KV transfer breaker opened: %d of the last %d remote requests in %.0f s failed (limit %.0f %%); "
+                "new requests are served with local prefill until the window clears",
+                failures, outcomes, self.window_s, 100 * self.unhealthy_frac,
+            )  # fmt: skip
+        else:
+            _log.warning(
+                "KV transfer breaker closed: %d of %d remote requests in the last %.0f s failed; remote prefill "
+                "resumes", failures, outcomes, self.window_s,
+            )  # fmt: skip

@@ -15,6 +15,7 @@ from env.perf.profile import OperatorProfile
 from env.sim.engine import InstanceEngine
 from env.sim.transfer import Link
 from policies.placement import PrefillRate
+from policies.transfer_health import TransferBreaker
 
 __all__ = ["GroupState", "InstanceRole", "InstanceState", "SimInstance", "kv_capacity_tokens"]
 
@@ -133,6 +134,6 @@ class GroupState:
     decode: list[SimInstance] = field(default_factory=list)
     targets: tuple[int, int] | None = None
     retargeting: bool = False
-    recent_transfers: int = 0
-    recent_failures: float = 0.0
+    breaker: TransferBreaker = field(default_factory=TransferBreaker)
+    """The router's KV-transfer breaker over this group's transfers (the scenario's network settings)."""
     transfer_log: list[tuple[float, float, bool]] = field(default_factory=list)

@@ -4,7 +4,9 @@ Bytes = (prompt − tokens the decode instance already caches) × KV bytes per t
 prefill instance's link (:mod:`env.sim.transfer`), with setup latency and, between different TP degrees, layout
 (pack and unpack) time. On failure (probability ``failure_prob``) or timeout the tenant's
 ``on_kv_transfer_timeout`` applies: local re-prefill on the decode instance, or one retry on another prefill
-instance first (``retry_remote_prefill``). Network incidents change every link's rate mid-flight.
+instance first (``retry_remote_prefill``). Network incidents change every link's rate mid-flight. Every outcome
+is recorded in the group's KV-transfer breaker (:class:`policies.transfer_health.TransferBreaker`, the router's
+judgment), which the next arrivals' route decisions read.
 """
 
 from __future__ import annotations
@@ -155,8 +157,7 @@ class KvTransfers(SimulatorBase):
 
     def _log_transfer(self, group: GroupState, elapsed_s: float, failed: bool) -> None:
         group.transfer_log.append((self.now_s, elapsed_s, failed))
-        # exponentially weighted failure fraction over roughly the last 20 transfers
-        group.recent_failures = 0.95 * group.recent_failures + (0.05 if failed else 0.0)
+        group.breaker.record(self.now_s, not failed)
 
     def _release_prefill(self, xfer: Transfer) -> None:
         prefill: SimInstance = xfer.prefill

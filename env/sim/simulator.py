@@ -85,6 +85,7 @@ from policies.placement import (
 )
 from policies.routing import decide_route
 from policies.schema import RequestFeatures, RoutingThresholds
+from policies.transfer_health import TransferBreaker
 
 __all__ = ["ClusterSimulator", "InstanceRole", "InstanceState", "SimInstance", "kv_capacity_tokens"]
 
@@ -162,6 +163,7 @@ class ClusterSimulator(InstanceStepping, KvTransfers, PoolControl, Snapshots):
                     max_prefill=g.prefill_pool.max,
                     min_decode=max(g.decode_pool.min, 1),
                     max_decode=g.decode_pool.max,
+                    breaker=TransferBreaker(net.health_window_s, net.health_min_samples, net.unhealthy_failure_frac),
                 )
             )
         self._tenant_group = [group_names.index(t.group) for t in scenario.tenants]
@@ -352,7 +354,7 @@ class ClusterSimulator(InstanceStepping, KvTransfers, PoolControl, Snapshots):
             prefill_v,
             None if prefill is None else prefill.prefill_rate,
             len(group.prefill),
-            group.recent_failures < self._net.unhealthy_failure_frac,
+            group.breaker.healthy(self.now_s),
         )
         columns = self._columns[tenant]
         expected = expected_output_tokens(

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from env.scenario import NetworkConfig, ScenarioError, load_scenario
 from env.sim.records import SimRequest
 from env.sim.simulator import ClusterSimulator
-from policies.schema import FallbackAction
+from policies.schema import FallbackAction, RouteReason
 from tests.sim.helpers import REMOTE_ALWAYS, columns, random_columns, scenario, simulator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -199,6 +199,7 @@ def test_a_drop_that_would_pass_the_deadline_arms_the_timeout() -> None:
 
 def test_failure_probability_and_setup_latency_switch_for_new_transfers() -> None:
     base = {"link_bandwidth_bytes_per_s": 1e9, "setup_latency_s": 0.001, "failure_prob": 0.0, "timeout_s": 100.0}
+    base["unhealthy_failure_frac"] = 1.0  # the breaker never opens here (its window always holds successes too)
     failing = {"start_s": 10, "end_s": 20, "failure_prob": 1.0}
     slow_setup = {"start_s": 20, "end_s": 30, "setup_latency_s": 0.25}  # adjacent: one change at 20 s
     arrivals = np.arange(0.5, 40.0, 1.0)
@@ -218,6 +219,40 @@ def test_failure_probability_and_setup_latency_switch_for_new_transfers() -> Non
         setup_s = 0.25 if 20 < request.arrival_s < 30 else 0.001
         assert request.transfer_s == pytest.approx(setup_s + size / 1e9, rel=1e-9)
     assert sim.transfer_failures == 10
+
+
+def test_the_transfer_breaker_opens_in_an_incident_and_closes_after_it() -> None:
+    """The router's breaker (policies.transfer_health): open while transfers fail, closed one window after.
+
+    Until the seventeenth session the simulator judged health by a failure average that moved only on new
+    transfers, so once open it stayed open for the rest of the episode (nothing is sent while it is open).
+    """
+    base = {
+        "link_bandwidth_bytes_per_s": 1e9,
+        "failure_prob": 0.0,
+        "timeout_s": 100.0,
+        "unhealthy_failure_frac": 0.5,
+        "health_window_s": 5.0,
+        "health_min_samples": 3,
+    }
+    failing = {"start_s": 10, "end_s": 20, "failure_prob": 1.0}
+    arrivals = np.arange(0.25, 40.0, 0.5)
+    thresholds = replace(REMOTE_ALWAYS, on_kv_transfer_timeout=FallbackAction.LOCAL_AGGREGATED_SERVING)
+    sim = simulator(scenario(1, 1, cluster=_net(base, failing)), {"t": columns(arrivals, 1000, 5)}, thresholds)
+    sim.run()
+    assert sim.num_finished == len(arrivals)
+    requests = [r for r in sim.requests if r is not None]
+    unhealthy = [r for r in requests if r.reason is RouteReason.KV_TRANSFER_UNHEALTHY]
+    assert unhealthy
+    assert all(10 < r.arrival_s < 20 + 5.0 + 0.5 for r in unhealthy)
+    # during the incident the breaker lets a probe through once a window has passed, and it fails again
+    assert sum(r.transfer_failures for r in requests) < 20 // 2
+    assert any(r.transfer_failures for r in requests if 10 + 5.0 < r.arrival_s < 20)
+    # one window after the incident, remote prefill is back and succeeds
+    after = [r for r in requests if r.arrival_s > 20 + 5.0 + 0.5]
+    assert after
+    assert all(r.remote and r.transfer_failures == 0 for r in after)
+    assert sim.groups[0].breaker.healthy(sim.now_s)
 
 
 def test_transfer_windows_show_the_incident_and_the_recovery() -> None:
