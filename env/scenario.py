@@ -46,7 +46,12 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from env.workloads.config import WorkloadConfig, resolve_paths
 from env.workloads.trace_catalog import default_traces_dir
 from policies.schema import Slo, Tenant, TenantGroup
-from policies.transfer_health import DEFAULT_MIN_SAMPLES, DEFAULT_UNHEALTHY_FRAC, DEFAULT_WINDOW_S
+from policies.transfer_health import (
+    DEFAULT_MIN_SAMPLES,
+    DEFAULT_PROBE_REQUESTS,
+    DEFAULT_UNHEALTHY_FRAC,
+    DEFAULT_WINDOW_S,
+)
 
 __all__ = [
     "ClusterConfig",
@@ -127,7 +132,8 @@ class NetworkConfig(_Strict):
     congested or flapping fabric, then recovery); :meth:`at` gives the settings in effect at a time.
 
     The router's KV-transfer breaker (:class:`policies.transfer_health.TransferBreaker`) judges the path over the
-    last ``health_window_s`` of outcomes, as the router does with the same defaults. They are
+    last ``health_window_s`` of outcomes and probes it with ``health_probe_requests`` once it has been unhealthy
+    for that long, as the router does with the same defaults. They are
     validated sorted, not overlapping and within ``duration_s``.
     """
 
@@ -147,6 +153,9 @@ class NetworkConfig(_Strict):
     )
     health_min_samples: Annotated[int, Field(ge=1)] = Field(
         default=DEFAULT_MIN_SAMPLES, description="Outcomes in the window before the path can be judged unhealthy."
+    )
+    health_probe_requests: Annotated[int, Field(ge=1)] = Field(
+        default=DEFAULT_PROBE_REQUESTS, description="Requests let through at a time to probe an unhealthy path."
     )
     incidents: list[NetworkIncidentConfig] = Field(
         default_factory=list,

@@ -37,7 +37,9 @@ class Router:
         self.config = config
         self.registry = InstanceRegistry(config.instances)
         h = config.health
-        self.transfer_health = TransferHealth(h.transfer_window_s, h.transfer_min_samples, h.transfer_unhealthy_frac)
+        self.transfer_health = TransferHealth(
+            h.transfer_window_s, h.transfer_min_samples, h.transfer_unhealthy_frac, h.transfer_probe_requests
+        )
         self.planner = Planner(self.registry, config.estimation, self.transfer_health)
         self.metrics_registry = registry or CollectorRegistry()
         self.metrics = RouterMetrics(self.metrics_registry)

@@ -21,6 +21,13 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from policies.transfer_health import (
+    DEFAULT_MIN_SAMPLES,
+    DEFAULT_PROBE_REQUESTS,
+    DEFAULT_UNHEALTHY_FRAC,
+    DEFAULT_WINDOW_S,
+)
+
 __all__ = [
     "EstimationConfig",
     "HealthConfig",
@@ -95,13 +102,22 @@ class HealthConfig(_Frozen):
         0.0, description="GET /metrics period per instance to read vllm:kv_cache_usage_perc (0 = off)."
     )
     transfer_window_s: Annotated[float, Field(gt=0)] = Field(
-        30.0, description="Window of remote-path outcomes used to judge KV-transfer health."
+        DEFAULT_WINDOW_S,
+        description="Window of remote-path outcomes used to judge KV-transfer health, and how long an unhealthy path "
+        "is left alone before it is probed.",
     )
     transfer_min_samples: Annotated[int, Field(ge=1)] = Field(
-        8, description="Outcomes needed in the window before the path can be judged unhealthy."
+        DEFAULT_MIN_SAMPLES, description="Outcomes needed in the window before the path can be judged unhealthy."
     )
     transfer_unhealthy_frac: Annotated[float, Field(gt=0, le=1)] = Field(
-        0.5, description="Failure fraction in the window at which the transfer path counts as unhealthy."
+        DEFAULT_UNHEALTHY_FRAC,
+        description="Failure fraction in the window (or of a round of probes) at which the transfer path counts as "
+        "unhealthy.",
+    )
+    transfer_probe_requests: Annotated[int, Field(ge=1)] = Field(
+        DEFAULT_PROBE_REQUESTS,
+        description="Requests let through at a time to probe the transfer path once it has been unhealthy for "
+        "transfer_window_s (half-open).",
     )
 
 

@@ -182,12 +182,13 @@ class Planner:
             prefill,
             None if prefill is None else self.rate(prefill),
             len(serving_prefill),
-            self.transfer_health.healthy(now_s),
+            self.transfer_health.allows_remote(now_s),
         )
         decision = decide_route(features, thresholds, live)
         remote_prefill = prefill if decision.is_remote else None
         if remote_prefill is not None:
             decode.incoming += 1
+            self.transfer_health.sent_remote(now_s)
         return Plan(features, thresholds, decision, decode, remote_prefill, blocks, hit_tokens, live)
 
     @staticmethod

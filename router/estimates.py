@@ -15,10 +15,11 @@
   ran alone on their instance (:class:`policies.placement.PrefillRate`, shared with the simulator).
 * **KV-transfer health**: outcomes of remote legs (prefill error or timeout, pull failure, pull timeout) over a
   sliding window; unhealthy when at least ``transfer_min_samples`` outcomes are in the window and the failure
-  fraction reaches ``transfer_unhealthy_frac``. Unhealthy routes everything local, so no new outcomes arrive;
-  the window then empties and the path is tried again (half-open), which bounds an outage's cost. The judgment is
-  the core's (:class:`policies.transfer_health.TransferBreaker`, the simulator's too); the router's breaker logs
-  (``pdctl.router``, WARNING) when it opens and when it closes.
+  fraction reaches ``transfer_unhealthy_frac``. Unhealthy (open) routes everything local for
+  ``transfer_window_s``; then up to ``transfer_probe_requests`` requests at a time probe the path (half-open), and
+  their outcomes close the breaker or open it again, which bounds an outage's cost. The judgment is the core's
+  (:class:`policies.transfer_health.TransferBreaker`, the simulator's too); the router's breaker logs
+  (``pdctl.router``, WARNING) each change of state.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import zlib
 from collections import OrderedDict
 
 from policies.placement import PrefillRate
-from policies.transfer_health import TransferBreaker
+from policies.transfer_health import DEFAULT_PROBE_REQUESTS, BreakerState, TransferBreaker
 
 __all__ = ["PrefillRate", "PrefixTracker", "TransferHealth", "prefix_blocks"]
 
@@ -83,18 +84,22 @@ class PrefixTracker:
 class TransferHealth(TransferBreaker):
     """The router's KV-transfer breaker: :class:`policies.transfer_health.TransferBreaker`, logging its changes."""
 
-    def __init__(self, window_s: float, min_samples: int, unhealthy_frac: float) -> None:
-        super().__init__(window_s, min_samples, unhealthy_frac, self._log_change)
+    def __init__(
+        self, window_s: float, min_samples: int, unhealthy_frac: float, probe_requests: int = DEFAULT_PROBE_REQUESTS
+    ) -> None:
+        super().__init__(window_s, min_samples, unhealthy_frac, probe_requests, self._log_change)
 
-    def _log_change(self, is_open: bool, failures: int, outcomes: int) -> None:
-        if is_open:
+    def _log_change(self, state: BreakerState, failures: int, outcomes: int) -> None:
+        if state == "open":
             _log.warning(
-                "KV transfer breaker opened: %d of the last %d remote requests in %.0f s failed (limit %.0f %%); "
-                "new requests are served with local prefill until the window clears",
-                failures, outcomes, self.window_s, 100 * self.unhealthy_frac,
+                "KV transfer breaker opened: %d of the last %d remote requests failed (limit %.0f %%); new requests "
+                "are served with local prefill for %.0f s, then up to %d probe the path",
+                failures, outcomes, 100 * self.unhealthy_frac, self.window_s, self.probe_requests,
             )  # fmt: skip
+        elif state == "half_open":
+            _log.warning("KV transfer breaker half-open: up to %d remote requests probe the path", self.probe_requests)
         else:
             _log.warning(
-                "KV transfer breaker closed: %d of %d remote requests in the last %.0f s failed; remote prefill "
-                "resumes", failures, outcomes, self.window_s,
+                "KV transfer breaker closed: %d of %d probe requests failed; remote prefill resumes",
+                failures, outcomes,
             )  # fmt: skip

@@ -163,7 +163,12 @@ class ClusterSimulator(InstanceStepping, KvTransfers, PoolControl, Snapshots):
                     max_prefill=g.prefill_pool.max,
                     min_decode=max(g.decode_pool.min, 1),
                     max_decode=g.decode_pool.max,
-                    breaker=TransferBreaker(net.health_window_s, net.health_min_samples, net.unhealthy_failure_frac),
+                    breaker=TransferBreaker(
+                        net.health_window_s,
+                        net.health_min_samples,
+                        net.unhealthy_failure_frac,
+                        net.health_probe_requests,
+                    ),
                 )
             )
         self._tenant_group = [group_names.index(t.group) for t in scenario.tenants]
@@ -354,7 +359,7 @@ class ClusterSimulator(InstanceStepping, KvTransfers, PoolControl, Snapshots):
             prefill_v,
             None if prefill is None else prefill.prefill_rate,
             len(group.prefill),
-            group.breaker.healthy(self.now_s),
+            group.breaker.allows_remote(self.now_s),
         )
         columns = self._columns[tenant]
         expected = expected_output_tokens(
@@ -371,6 +376,7 @@ class ClusterSimulator(InstanceStepping, KvTransfers, PoolControl, Snapshots):
         if decision.is_remote and prefill is not None:
             request.remote = True
             decode.incoming += 1
+            group.breaker.sent_remote(now)
             er = EngineRequest(request.request_id, input_tokens, 1, hashes, block, prefill_only=True, tag=request)
             self._send_prefill(prefill, request, er)
         else:

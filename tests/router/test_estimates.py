@@ -46,8 +46,10 @@ def test_transfer_health_window_and_recovery() -> None:
     health.record(3.0, True)
     assert health.failure_frac(3.0) == 0.75
     assert not health.healthy(3.5)
-    # nothing new arrives while unhealthy; once the window passes the path is tried again
-    assert health.healthy(13.5)
+    assert not health.allows_remote(12.9)
+    # nothing new arrives while unhealthy; once the window has passed, probes try the path again (half-open)
+    assert health.allows_remote(13.5)
+    assert not health.healthy(13.5)
     assert health.failure_frac(13.5) is None
 
 

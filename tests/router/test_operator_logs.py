@@ -36,11 +36,18 @@ def test_the_breaker_logs_each_change_once(caplog: pytest.LogCaptureFixture) -> 
     assert not health.healthy(6.0)
     opened = _messages(caplog, "breaker opened")
     assert len(opened) == 1
-    assert "4 of the last 4 remote requests in 10 s failed (limit 50 %)" in opened[0]
-    assert health.healthy(30.0)  # the window emptied: half-open, remote prefill is tried again
-    assert health.healthy(31.0)
+    assert "4 of the last 4 remote requests failed (limit 50 %)" in opened[0]
+    assert "local prefill for 10 s, then up to 8 probe the path" in opened[0]
+    assert health.allows_remote(16.0)  # open for 10 s: half-open, probes try the path again
+    assert health.allows_remote(16.5)
+    assert len(_messages(caplog, "breaker half-open")) == 1
+    for t in range(8):
+        health.sent_remote(17.0 + t)
+        health.record(17.5 + t, True)
+    assert health.healthy(26.0)
     assert len(_messages(caplog, "breaker closed")) == 1
-    assert len(_messages(caplog, "breaker")) == 2
+    assert "0 of 8 probe requests failed" in _messages(caplog, "breaker closed")[0]
+    assert len(_messages(caplog, "breaker")) == 3
 
 
 @pytest.mark.integration
