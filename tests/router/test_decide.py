@@ -131,3 +131,31 @@ def test_a_remote_plan_counts_on_its_decode_instance_until_the_decode_leg_starts
     assert local.prefill is None
     p.decode_leg_started(local)  # a local plan was never counted: nothing to undo
     assert local.decode.incoming == 0
+
+
+def test_a_half_open_breaker_lets_only_its_probes_go_remote() -> None:
+    """The planner asks the breaker (policies.transfer_health) per request and tells it which went remote."""
+    reg = InstanceRegistry(
+        [
+            InstanceConfig(id="p0", url="http://h:1", role="prefill"),
+            InstanceConfig(id="d0", url="http://h:2", role="decode", max_num_seqs=64),
+        ]
+    )
+    p = Planner(reg, EstimationConfig(), TransferHealth(10.0, 4, 0.5, probe_requests=2))
+    for t in range(4):
+        p.transfer_health.record(float(t), False)
+    body = {"prompt": "q" * 4 * 6000, "max_tokens": 400, "model": "rag-answer-service"}
+    reasons = []
+    for k, now_s in enumerate((5.0, 13.0, 13.1, 13.2, 13.3)):
+        plan = p.plan(body, POLICY, f"r{k}", None, None, now_s)
+        assert plan is not None
+        reasons.append(plan.decision.reason.value)
+        p.decode_leg_started(plan)
+    # open until 13 s; then two probes go remote and the rest stay local until their outcomes are in
+    assert reasons == ["kv_transfer_unhealthy", "long_prompt", "long_prompt"] + ["kv_transfer_unhealthy"] * 2
+    p.transfer_health.record(14.0, True)
+    p.transfer_health.record(14.1, True)
+    plan = p.plan(body, POLICY, "r9", None, None, 14.2)
+    assert plan is not None
+    assert plan.decision.is_remote
+    assert p.transfer_health.healthy(14.2)
