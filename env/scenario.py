@@ -129,12 +129,12 @@ class NetworkConfig(_Strict):
     conversions at ``layout_bandwidth_bytes_per_s`` paid only when prefill and decode TP differ.
 
     ``incidents`` change the link rate, setup latency and failure probability for periods of the episode (a
-    congested or flapping fabric, then recovery); :meth:`at` gives the settings in effect at a time.
+    congested or flapping fabric, then recovery); :meth:`at` gives the settings in effect at a time. They are
+    validated sorted, not overlapping and within ``duration_s``.
 
     The router's KV-transfer breaker (:class:`policies.transfer_health.TransferBreaker`) judges the path over the
     last ``health_window_s`` of outcomes and probes it with ``health_probe_requests`` once it has been unhealthy
-    for that long, as the router does with the same defaults. They are
-    validated sorted, not overlapping and within ``duration_s``.
+    for that long, as the router does with the same defaults.
     """
 
     link_bandwidth_bytes_per_s: PositiveFloat = Field(default=45e9, description="Per-prefill-instance link rate.")

@@ -161,11 +161,6 @@ class TransferBreaker:
         """The state as last advanced."""
         return self._state
 
-    @property
-    def is_open(self) -> bool:
-        """Whether the breaker is open or half-open (not healthy), as last advanced."""
-        return self._state != "closed"
-
     def failure_frac(self, now_s: float) -> float | None:
         """Failed fraction of the outcomes in the window at ``now_s`` (``None`` when the window is empty)."""
         self._trim(now_s)
