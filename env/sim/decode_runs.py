@@ -38,7 +38,8 @@ class DecodeRun:
 
     Inside a segment the batch is fixed and every context grows by one token per step, so segment ``i`` of
     ``m`` steps takes ``m a_i + k_i (m c_i + b_i m (m - 1) / 2)``; a segment ends at a completion (the batch
-    shrinks) or where the run stops. ``finishers`` holds the finish-heap entries taken out while planning.
+    shrinks) or where the run stops. ``finishers`` holds the finish-heap entries taken out while planning (all
+    finish at segment ends); ``seg_finished[i]`` counts those finishing by the end of segment ``i``.
     """
 
     __slots__ = (
@@ -52,6 +53,7 @@ class DecodeRun:
         "seg_after",
         "seg_b",
         "seg_c",
+        "seg_finished",
         "seg_k",
     )
 
@@ -63,6 +65,7 @@ class DecodeRun:
         self.seg_b: list[int] = []
         self.seg_c: list[int] = []
         self.seg_after: list[int] = []
+        self.seg_finished: list[int] = []
         self.finish_times_s: list[float] = []
         self.finishers: list[tuple[int, int, EngineRequest]] = []
         self.num_steps = 0
@@ -168,6 +171,7 @@ class DecodeRuns(ABC):
         seg_b: list[int] = []
         seg_c: list[int] = []
         seg_after: list[int] = []
+        seg_finished: list[int] = []
         finishers: list[tuple[int, int, EngineRequest]] = []
         finish_times: list[float] = []
         done = 0
@@ -199,6 +203,7 @@ class DecodeRuns(ABC):
             free -= batch * length
             if length < to_finish:
                 seg_after.append(ctx)
+                seg_finished.append(len(finishers))
                 break
             finish_step = steps0 + done
             while heap and heap[0][0] == finish_step:
@@ -213,6 +218,7 @@ class DecodeRuns(ABC):
                 ctx -= held
                 free += held
             seg_after.append(ctx)
+            seg_finished.append(len(finishers))
             if waiting or batch == 0 or len(end_steps) >= max_segments:
                 break
         if done < 1:
@@ -228,6 +234,7 @@ class DecodeRuns(ABC):
         run.seg_c = seg_c
         run.finishers = finishers
         run.seg_after = seg_after
+        run.seg_finished = seg_finished
         run.finish_times_s = finish_times
         run.num_steps = done
         run.duration_s = elapsed
@@ -255,13 +262,72 @@ class DecodeRuns(ABC):
             n += 1
         return min(n, run.num_steps)
 
-    def running_at(self, run: DecodeRun, elapsed_s: float) -> int:
-        """Running requests after the steps of ``run`` completed by ``elapsed_s`` (see :meth:`run_view`)."""
+    @staticmethod
+    def run_done_steps(run: DecodeRun, elapsed_s: float) -> int:
+        """The number of steps of ``run`` completed by ``elapsed_s`` after its start (0 to the whole run)."""
+        times = run.end_times_s
+        i = bisect.bisect_right(times, elapsed_s) if len(times) > 1 else (1 if times[0] <= elapsed_s else 0)
+        if i >= len(times):
+            return run.num_steps
+        # completed steps inside segment i: the largest m with m a + k (m c + b m (m - 1) / 2) <= local time
+        base = run.end_steps[i - 1] if i else 0
+        local = elapsed_s - (times[i - 1] if i else 0.0)
+        a, k, b, c = run.seg_a[i], run.seg_k[i], run.seg_b[i], run.seg_c[i]
+        qa = k * b / 2.0
+        qb = a + k * c - qa
+        m = int((-qb + math.sqrt(qb * qb + 4.0 * qa * local)) / (2.0 * qa)) if qa > 0 else int(local / qb)
+        length = run.end_steps[i] - base
+        m = min(max(m, 0), length)
+        while m > 0 and m * a + k * (m * c + b * m * (m - 1) / 2.0) > local:
+            m -= 1
+        while m < length and (m + 1) * a + k * ((m + 1) * c + b * (m + 1) * m / 2.0) <= local:
+            m += 1
+        return base + m
+
+    def run_running(self, run: DecodeRun, elapsed_s: float) -> int:
+        """Running requests after the steps of ``run`` completed by ``elapsed_s`` (the first half of :meth:`run_view`).
+
+        Equal to ``run_view(run, elapsed_s)[0]`` without the exact step count: requests finish only at segment
+        ends, so those of the segments whose end time has passed are finished and those of later segments are not.
+        Those at the end of the current segment are finished when :meth:`run_done_steps` would count the whole
+        segment, that is when its ``length`` steps fit in the time spent in it (the step-time formula is monotone
+        in floating point too, so this one evaluation decides it).
+        """
         running = len(self._decoding) + len(self._prefilling)
-        times = run.finish_times_s
-        if times and times[0] <= elapsed_s:
-            running -= bisect.bisect_right(times, elapsed_s)
-        return running
+        if not run.finishers:  # none planned, or the run was committed
+            return running
+        finished = run.seg_finished
+        times = run.end_times_s
+        i = bisect.bisect_right(times, elapsed_s)
+        if i >= len(times):
+            return running - finished[-1]
+        before = finished[i - 1] if i else 0
+        if finished[i] > before:
+            ends = run.end_steps
+            base = ends[i - 1] if i else 0
+            m = ends[i] - base
+            local = elapsed_s - (times[i - 1] if i else 0.0)
+            a, k, b, c = run.seg_a[i], run.seg_k[i], run.seg_b[i], run.seg_c[i]
+            if m * a + k * (m * c + b * m * (m - 1) / 2.0) <= local:
+                return running - finished[i]
+        return running - before
+
+    @staticmethod
+    def run_context_tokens(run: DecodeRun, elapsed_s: float) -> int:
+        """Context tokens of the decode batch after the steps of ``run`` completed by ``elapsed_s``.
+
+        It depends on the run alone (not on the engine's later state). The KV tokens an observer sees are the
+        engine's static KV (prompts pinned for transfer, prefills) plus this.
+        """
+        done = DecodeRuns.run_done_steps(run, elapsed_s)
+        if done <= 0:
+            return run.seg_c[0]
+        ends = run.end_steps
+        i = bisect.bisect_left(ends, done)
+        if i < len(ends) and ends[i] == done:
+            return run.seg_after[i]
+        base = ends[i - 1] if i else 0
+        return run.seg_c[i] + run.seg_b[i] * (done - base)
 
     def run_view(self, run: DecodeRun, elapsed_s: float) -> tuple[int, int]:
         """``(running requests, KV tokens used)`` after the steps of ``run`` completed by ``elapsed_s``.
@@ -269,41 +335,7 @@ class DecodeRuns(ABC):
         The engine's own counters stay at the run's start until it is committed; this is what an observer (the
         router, a metrics scrape) sees in the middle of a run.
         """
-        running = len(self._decoding) + len(self._prefilling)
-        times = run.end_times_s
-        i = bisect.bisect_right(times, elapsed_s) if len(times) > 1 else (1 if times[0] <= elapsed_s else 0)
-        if i >= len(times):
-            done = run.num_steps
-        else:
-            # completed steps inside segment i: the largest m with m a + k (m c + b m (m - 1) / 2) <= local time
-            base = run.end_steps[i - 1] if i else 0
-            local = elapsed_s - (times[i - 1] if i else 0.0)
-            a, k, b, c = run.seg_a[i], run.seg_k[i], run.seg_b[i], run.seg_c[i]
-            qa = k * b / 2.0
-            qb = a + k * c - qa
-            m = int((-qb + math.sqrt(qb * qb + 4.0 * qa * local)) / (2.0 * qa)) if qa > 0 else int(local / qb)
-            length = run.end_steps[i] - base
-            m = min(max(m, 0), length)
-            while m > 0 and m * a + k * (m * c + b * m * (m - 1) / 2.0) > local:
-                m -= 1
-            while m < length and (m + 1) * a + k * ((m + 1) * c + b * (m + 1) * m / 2.0) <= local:
-                m += 1
-            done = base + m
-        if done <= 0:
-            return running, self._kv_static + run.seg_c[0]
-        steps0 = self.steps
-        for finish_step, _, _ in run.finishers:
-            if finish_step - steps0 > done:
-                break
-            running -= 1
-        ends = run.end_steps
-        i = bisect.bisect_left(ends, done)
-        if i < len(ends) and ends[i] == done:
-            ctx = run.seg_after[i]
-        else:
-            base = ends[i - 1] if i else 0
-            ctx = run.seg_c[i] + run.seg_b[i] * (done - base)
-        return running, self._kv_static + ctx
+        return self.run_running(run, elapsed_s), self._kv_static + self.run_context_tokens(run, elapsed_s)
 
     def commit_decode_run(self, run: DecodeRun, num_steps: int, start_s: float) -> list[EngineRequest]:
         """Apply the first ``num_steps`` steps of ``run`` (planned at ``start_s``); returns finished requests."""

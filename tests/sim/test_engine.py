@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from env.sim.decode_runs import DecodeRun
 from env.sim.engine import EngineConfig, EngineRequest, InstanceEngine, Phase
 from tests.sim.helpers import model
 
@@ -215,6 +216,78 @@ def test_steps_covering_inverts_run_time() -> None:
         assert InstanceEngine.steps_covering(run, elapsed) == k
         assert InstanceEngine.steps_covering(run, run.time_after_s(k) + 1e-7) == min(k + 1, run.num_steps)
     assert InstanceEngine.steps_covering(run, 0.0) == 1
+
+
+def _planned_run(outputs: list[int], prompt_tokens: int) -> tuple[InstanceEngine, DecodeRun]:
+    """An engine part-way into its requests and the multi-segment decode run it plans next."""
+    engine = _engine()
+    for i, out in enumerate(outputs):
+        engine.add_request(EngineRequest(f"r{i}", prompt_tokens + i, out), 0.0)
+    t = 0.0
+    while (run := engine.plan_decode_run(t, max_segments=8)) is None:
+        result = engine.step(t)
+        assert result is not None
+        t = result.end_s
+    return engine, run
+
+
+def _probe_times(run: DecodeRun, fractions: list[float]) -> list[float]:
+    """Elapsed times around every segment end (one ulp either side) and at the given fractions of the run."""
+    times = [0.0, run.duration_s * 2.0]
+    for end_s in run.end_times_s:
+        times += [math.nextafter(end_s, 0.0), end_s, math.nextafter(end_s, math.inf)]
+    times += [f * run.duration_s for f in fractions]
+    return times
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    outputs=st.lists(st.integers(2, 60), min_size=1, max_size=12),
+    prompt_tokens=st.integers(1, 2000),
+    fractions=st.lists(st.floats(0.0, 1.0), max_size=20),
+)
+def test_run_observer_views_equal_committing_the_completed_steps(
+    outputs: list[int], prompt_tokens: int, fractions: list[float]
+) -> None:
+    """What an observer reads mid-run equals the engine after committing the steps completed by then.
+
+    ``run_running`` skips the exact step count except at the current segment's end; probing one ulp either side
+    of every segment end checks that it still agrees with ``run_done_steps`` there.
+    """
+    engine, run = _planned_run(outputs, prompt_tokens)
+    for elapsed_s in _probe_times(run, fractions):
+        done = InstanceEngine.run_done_steps(run, elapsed_s)
+        assert 0 <= done <= run.num_steps
+        running, kv_tokens = engine.run_view(run, elapsed_s)
+        assert running == engine.run_running(run, elapsed_s)
+        assert kv_tokens == engine._kv_static + InstanceEngine.run_context_tokens(run, elapsed_s)
+        if done == 0:
+            assert running == len(engine._decoding) + len(engine._prefilling)
+            continue
+        replica, replica_run = _planned_run(outputs, prompt_tokens)
+        replica.commit_decode_run(replica_run, done, 0.0)
+        assert running == len(replica._decoding) + len(replica._prefilling)
+        assert kv_tokens == replica.kv_used_tokens
+
+
+def test_run_running_follows_the_step_count_where_rounding_splits_a_segment_end() -> None:
+    """A segment end time rounded above its formula value: the steps fit before it, and its finishers count."""
+    engine, run = _planned_run([5, 10, 10, 20], 100)
+    assert len(run.end_steps) >= 2
+    assert run.finishers
+    i = 1
+    start_s = run.end_times_s[i - 1]
+    length = run.end_steps[i] - run.end_steps[i - 1]
+    a, k, b, c = run.seg_a[i], run.seg_k[i], run.seg_b[i], run.seg_c[i]
+    exact_s = start_s + (length * a + k * (length * c + b * length * (length - 1) / 2.0))
+    run.end_times_s[i] = exact_s + 1e-9  # as if the running sum had rounded up
+    steps0 = engine.steps
+    for elapsed_s in (exact_s, exact_s + 5e-10, math.nextafter(exact_s, 0.0)):
+        done = InstanceEngine.run_done_steps(run, elapsed_s)
+        expected = len(engine._decoding) + len(engine._prefilling)
+        expected -= sum(1 for entry in run.finishers if entry[0] - steps0 <= done)
+        assert engine.run_running(run, elapsed_s) == expected
+    assert InstanceEngine.run_done_steps(run, exact_s) == run.end_steps[i]
 
 
 def test_abort_frees_everything() -> None:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import env.sim.simulator as simulator_module
+from env.sim.placement import decode_view
 from env.sim.records import STAGES, SimRequest
 from env.sim.simulator import InstanceState
 from policies.routing import decide_route
@@ -338,3 +339,19 @@ def test_results_do_not_depend_on_how_runs_are_planned(segments: int) -> None:
     assert [r.finished_s for r in a.requests] == pytest.approx([r.finished_s for r in b.requests], abs=1e-9)  # type: ignore[union-attr]
     assert pa == pytest.approx(pb, abs=1e-12)
     assert sum(i.engine.counters.num_preemptions for i in a.instances) > 0  # the run exercised KV pressure
+
+
+def test_decode_views_are_snapshots_even_when_kv_usage_is_read_later() -> None:
+    """A decode view's KV usage (computed on first access inside a decode run) is the value at the view's time."""
+    cols = columns(np.zeros(8), 200, 400)  # one burst, then a long decode-only run
+    sim = simulator(scenario(prefill=0, decode=1), {"t": cols}, LOCAL_ALWAYS)
+    sim.run_until(1.0)
+    inst = sim.groups[0].decode[0]
+    assert inst.run is not None  # mid-run: the view's KV usage is lazy
+    running, kv_tokens = sim.view(inst)
+    active = running + inst.engine.num_waiting + inst.in_transfer
+    view = decode_view(sim, inst)
+    sim.run_until(2.0)
+    assert sim.view(inst)[1] != kv_tokens  # the instance moved on
+    assert view.kv_usage_frac == min(kv_tokens / inst.engine.config.kv_capacity_tokens, 1.0)
+    assert view.active_requests == active
