@@ -83,8 +83,11 @@ class DecodeRun:
             i = len(self.end_steps) - 1
         base_steps = self.end_steps[i - 1] if i else 0
         base_s = self.end_times_s[i - 1] if i else 0.0
-        m = steps - base_steps
-        return base_s + m * self.seg_a[i] + self.seg_k[i] * (m * self.seg_c[i] + self.seg_b[i] * m * (m - 1) / 2.0)
+        return base_s + self.segment_time_s(i, steps - base_steps)
+
+    def segment_time_s(self, i: int, m: int) -> float:
+        """Duration of the first ``m`` steps of segment ``i``: ``m a + k (m c + b m (m - 1) / 2)``."""
+        return m * self.seg_a[i] + self.seg_k[i] * (m * self.seg_c[i] + self.seg_b[i] * m * (m - 1) / 2.0)
 
 
 class DecodeRuns(ABC):
@@ -278,9 +281,9 @@ class DecodeRuns(ABC):
         m = int((-qb + math.sqrt(qb * qb + 4.0 * qa * local)) / (2.0 * qa)) if qa > 0 else int(local / qb)
         length = run.end_steps[i] - base
         m = min(max(m, 0), length)
-        while m > 0 and m * a + k * (m * c + b * m * (m - 1) / 2.0) > local:
+        while m > 0 and run.segment_time_s(i, m) > local:
             m -= 1
-        while m < length and (m + 1) * a + k * ((m + 1) * c + b * (m + 1) * m / 2.0) <= local:
+        while m < length and run.segment_time_s(i, m + 1) <= local:
             m += 1
         return base + m
 
@@ -304,11 +307,8 @@ class DecodeRuns(ABC):
         before = finished[i - 1] if i else 0
         if finished[i] > before:
             ends = run.end_steps
-            base = ends[i - 1] if i else 0
-            m = ends[i] - base
-            local = elapsed_s - (times[i - 1] if i else 0.0)
-            a, k, b, c = run.seg_a[i], run.seg_k[i], run.seg_b[i], run.seg_c[i]
-            if m * a + k * (m * c + b * m * (m - 1) / 2.0) <= local:
+            length = ends[i] - (ends[i - 1] if i else 0)
+            if run.segment_time_s(i, length) <= elapsed_s - (times[i - 1] if i else 0.0):
                 return running - finished[i]
         return running - before
 

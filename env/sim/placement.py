@@ -89,28 +89,18 @@ def decode_view(sim: _Observer, inst: SimInstance) -> SimInstanceView:
     engine = inst.engine
     config = engine.config
     running = sim.view_running(inst)
-    waiting = len(engine._waiting)
-    run = inst.run
-    if run is None:
-        return SimInstanceView(
-            inst,
-            running + waiting + inst.incoming,
-            running + waiting + inst.in_transfer,
-            inst.assigned_prefill_tokens,
-            min(engine.kv_used_tokens / config.kv_capacity_tokens, 1.0),
-            config.max_num_seqs,
-            config.max_num_batched_tokens,
-        )
+    waiting = engine.num_waiting
+    run = inst.run  # inside a run the KV usage is computed when read (see SimInstanceView)
     return SimInstanceView(
         inst,
         running + waiting + inst.incoming,
         running + waiting + inst.in_transfer,
         inst.assigned_prefill_tokens,
-        None,
+        min(engine.kv_used_tokens / config.kv_capacity_tokens, 1.0) if run is None else None,
         config.max_num_seqs,
         config.max_num_batched_tokens,
         run,
-        sim.now_s - inst.run_start_s,
+        0.0 if run is None else sim.now_s - inst.run_start_s,
         engine._kv_static,
     )
 

@@ -41,14 +41,6 @@ class InstanceStepping(SimulatorBase):
             return len(engine._decoding) + len(engine._prefilling)
         return engine.run_running(run, self.now_s - inst.run_start_s)
 
-    def view_kv_tokens(self, inst: SimInstance) -> int:
-        """KV tokens used on an instance as an observer sees them now (the second half of :meth:`view`)."""
-        engine = inst.engine
-        run = inst.run
-        if run is None:
-            return engine.kv_used_tokens
-        return engine._kv_static + engine.run_context_tokens(run, self.now_s - inst.run_start_s)
-
     def _kick(self, inst: SimInstance) -> None:
         if not inst.busy:
             self._start_next(inst)

@@ -277,9 +277,7 @@ def test_run_running_follows_the_step_count_where_rounding_splits_a_segment_end(
     assert run.finishers
     i = 1
     start_s = run.end_times_s[i - 1]
-    length = run.end_steps[i] - run.end_steps[i - 1]
-    a, k, b, c = run.seg_a[i], run.seg_k[i], run.seg_b[i], run.seg_c[i]
-    exact_s = start_s + (length * a + k * (length * c + b * length * (length - 1) / 2.0))
+    exact_s = start_s + run.segment_time_s(i, run.end_steps[i] - run.end_steps[i - 1])
     run.end_times_s[i] = exact_s + 1e-9  # as if the running sum had rounded up
     steps0 = engine.steps
     for elapsed_s in (exact_s, exact_s + 5e-10, math.nextafter(exact_s, 0.0)):
