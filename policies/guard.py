@@ -22,6 +22,15 @@ per pool and never down on stale or missing data; :mod:`policies.pool_clamp` has
 7. cooldown: no change within ``cooldown_s`` of the last applied change;
 8. hysteresis: the same direction must be asked for ``hysteresis_ticks`` ticks in a row.
 
+**Rollback on a broken transfer path.** When the window shows the group's KV-transfer path unusable
+(:func:`policies.transfer_fallback.remote_path_unusable`: half its remote legs failed, or their p95 transfer time
+reached the loosest TTFT objective of its tenants) and the target moves toward aggregated serving (fewer prefill
+instances, no fewer decode instances), checks 4, 6, 7 and 8 are waived: the move is applied in one tick, noted
+as a ``transfer_rollback`` clamp. Bounds, budget and the data checks still apply (on stale data nothing is judged
+unusable). With the remote path gone the prefill pool serves nobody, and each paced tick leaves the decode pool
+alone under the whole load, building a backlog that can outlast the incident. The way back to a split is paced
+as usual.
+
 Per tenant, in order: thresholds for unknown tenants are dropped; on stale data thresholds are held; a tenant's
 thresholds change at most once per ``cooldown_s``; then **threshold hysteresis**:
 
@@ -55,6 +64,7 @@ from dataclasses import dataclass, field, fields, replace
 from policies.base import PolicyContext
 from policies.pool_clamp import Clamp, ClampReason, PoolClamp, group_data_complete
 from policies.schema import ControlAction, MetricWindow, PoolTargets, RoutingThresholds
+from policies.transfer_fallback import remote_path_unusable
 
 __all__ = [
     "ORDERED_THRESHOLD_FIELDS",
@@ -215,6 +225,7 @@ class SafetyGuard:
                 complete=group_data_complete(window, context, name),
                 pending=self._pending(window, name),
                 now_s=context.now_s,
+                rollback=not stale and remote_path_unusable(window, context, name),
             )
             pools[name] = target
         for name in groups.keys() - action.pools.keys():
@@ -232,13 +243,32 @@ class SafetyGuard:
         return group_window is not None and (group_window.pending_prefill + group_window.pending_decode) > 0
 
     def _group(
-        self, work: PoolClamp, memory: GroupGuardState, *, stale: bool, complete: bool, pending: bool, now_s: float
+        self,
+        work: PoolClamp,
+        memory: GroupGuardState,
+        *,
+        stale: bool,
+        complete: bool,
+        pending: bool,
+        now_s: float,
+        rollback: bool = False,
     ) -> tuple[PoolTargets, GroupGuardState]:
         current = work.current
         if (work.prefill, work.decode) == (current.num_prefill, current.num_decode):
             return current, replace(memory, streak_direction=(0, 0), streak_ticks=0)
         work.bounds()
         work.budget(shrink=True)
+        if rollback and work.toward_aggregated:
+            work.budget(shrink=False)
+            if not complete:
+                work.no_scale_down(ClampReason.MISSING_NO_SCALE_DOWN)
+            if work.toward_aggregated:
+                work.note(
+                    ClampReason.TRANSFER_ROLLBACK,
+                    f"KV-transfer path unusable: {(current.num_prefill, current.num_decode)} -> "
+                    f"{(work.prefill, work.decode)} at once",
+                )
+                return PoolTargets(work.prefill, work.decode), GroupGuardState(now_s, (0, 0), 0)
         work.step(self.limits.max_step_per_tick)
         work.budget(shrink=False)
         if stale:

@@ -54,6 +54,8 @@ class ClampReason(enum.StrEnum):
     THRESHOLD_DEAD_BAND = "threshold_dead_band"
     THRESHOLD_REVERSAL = "threshold_reversal"
     LIVE_CAPACITY = "live_capacity"
+    TRANSFER_ROLLBACK = "transfer_rollback"
+    """Not a cut: a move toward aggregated serving let through at once (:mod:`policies.transfer_fallback`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +234,11 @@ class PoolClamp:
             self.prefill += delta
         else:
             self.decode += delta
+
+    @property
+    def toward_aggregated(self) -> bool:
+        """Whether the target has fewer prefill instances than run and no fewer decode instances."""
+        return self.prefill < self.current.num_prefill and self.decode >= self.current.num_decode
 
     @property
     def direction(self) -> tuple[int, int]:

@@ -67,6 +67,7 @@ from policies.set_features import (
     encode_row,
     set_feature_hash,
 )
+from policies.transfer_fallback import remote_path_unusable
 from policies.watchdog import BudgetSplit
 
 __all__ = [
@@ -172,6 +173,14 @@ class SelectorBehaviour(BaseModel):
     quiet phase is not the rule of the run; held under legacy for whole validation runs and averaged, the network's
     ratios name each scenario's best rule more often than the switches it makes from single windows do. The mean
     restarts at each change, so the evidence for leaving a rule is gathered under that rule."""
+    transfer_fallback: bool = False
+    """Switch a group to the ``aggregated`` rule at once, without waiting out the patience, in a window that shows
+    its KV-transfer path unusable (:func:`policies.transfer_fallback.remote_path_unusable`: half its remote legs
+    failed, or their p95 transfer time reached the loosest TTFT objective of its tenants), and route it locally at
+    once. The network learns the cost of a failing link only from what the windows of its rollouts showed, and the
+    patience then adds intervals during which every remote leg fails or times out and the prefill pool idles; the
+    safety guard lets the move to aggregated pools through in one tick (:mod:`policies.guard`). Leaving
+    ``aggregated`` afterwards is the network's decision as usual. Needs ``aggregated`` among the rules."""
     first_decision: Literal["first_rule", "scored"] = "first_rule"
     """At a group's first decision: start under the first rule and let the patience run (``first_rule``), or act
     at once as the best-scored rule (``scored``: nothing was chosen before, so there is nothing to flap from)."""
@@ -216,6 +225,12 @@ class SelectorManifest(SelectorBehaviour):
         if len(set(rules)) != len(rules):
             raise ValueError("a rule is listed twice")
         return rules
+
+    @model_validator(mode="after")
+    def _fallback_needs_aggregated(self) -> SelectorManifest:
+        if self.transfer_fallback and "aggregated" not in self.rules:
+            raise ValueError("transfer_fallback needs the aggregated rule among the rules")
+        return self
 
     @model_validator(mode="after")
     def _margin_needs_ratios(self) -> SelectorManifest:
@@ -476,6 +491,9 @@ class RuleSelector:
                 scored = self.manifest.first_decision == "scored" and rows.group_rows[gi][_GROUP_RATE] is not None
                 first = int(np.argmax(scores[gi])) if scored else 0
                 state = self._groups[group.name] = _GroupState(rule=first, routing=first)
+            if self._transfer_fallback(state, group.name, observation, context):
+                chosen.append(state.rule)
+                continue
             if rows.group_rows[gi][_GROUP_RATE] is None:  # no traffic seen in the window: no evidence, no vote
                 chosen.append(state.rule)
                 continue
@@ -527,6 +545,19 @@ class RuleSelector:
             return state.routing
         state.routing = rule
         return rule
+
+    def _transfer_fallback(
+        self, state: _GroupState, group: str, observation: Observation, context: PolicyContext
+    ) -> bool:
+        """Whether ``group`` is switched to ``aggregated`` now, routing included (``transfer_fallback``)."""
+        if not self.manifest.transfer_fallback or not remote_path_unusable(observation.window, context, group):
+            return False
+        fallback = self.manifest.rules.index("aggregated")
+        if state.rule != fallback:
+            state.rule, state.proposed, state.streak = fallback, None, 0
+            state.ratio_sum, state.ratio_windows = None, 0
+        state.routing = fallback
+        return True
 
     def _judged(self, state: _GroupState, group: str, observation: Observation, context: PolicyContext) -> bool:
         """Whether this window counts for ``group``'s patience.
