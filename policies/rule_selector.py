@@ -27,6 +27,8 @@ chooses, a group is run by one of the rules a platform team already trusts, neve
   first ticks, a scrape gap) neither advances nor resets that group's patience: the group keeps its rule. On the
   live demo's first three 2-s ticks every value was unknown, and a selector that voted on them switched the group
   to a rule the simulator scores at a seventh of legacy's goodput on that scenario.
+* **A broken transfer path** (with :attr:`SelectorBehaviour.transfer_fallback`): a window that shows a group's
+  KV-transfer path unusable (:mod:`policies.transfer_fallback`) switches it to ``aggregated`` at once.
 * **Tenants of no listed group** (a live policy file's implicit ``default`` tenant) keep their thresholds
   (:meth:`policies.base.PolicyContext.grouped`).
 

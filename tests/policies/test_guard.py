@@ -386,3 +386,55 @@ def test_a_change_of_route_rule_is_a_handover_not_a_reversal() -> None:
     # Within one rule the reversal hold still applies.
     back_up = replace(legacy, min_remote_input_tokens=2048)
     assert _thresholds_step(guard, legacy, back_up, 1240.0, after)[1] == [ClampReason.THRESHOLD_REVERSAL]
+
+
+# ----------------------------------------------------------------------------------- rollback on a broken path
+
+
+def _broken(current: PoolTargets, *, failed: float = 0.6, staleness_s: float = 0.0, pending: int = 0) -> MetricWindow:
+    """A window in which half the group's 15 remote legs (1 rps x 0.5 remote x 30 s) failed, or not."""
+    group = GroupWindow(
+        num_prefill=current.num_prefill,
+        num_decode=current.num_decode,
+        pending_prefill=pending,
+        decode_kv_usage_frac=0.5,
+        kv_transfer_time_p95_s=0.05,
+        kv_transfer_failure_frac=failed,
+    )
+    tenants = {"a": TenantWindow(request_rate_rps=1.0, remote_prefill_frac=0.5)}
+    return MetricWindow(1000.0, 30.0, tenants, {"g": group}, staleness_s)
+
+
+def _guarded(
+    current: PoolTargets, target: PoolTargets, window_: MetricWindow, state: GuardState | None = None
+) -> tuple[PoolTargets, set[ClampReason]]:
+    limits = GuardLimits(max_step_per_tick=1, cooldown_s=60.0, hysteresis_ticks=2, max_staleness_s=30.0)
+    result = SafetyGuard(limits).apply(
+        ControlAction(pools={"g": target}), context(current), window_, state or GuardState()
+    )
+    return result.action.pools["g"], {c.reason for c in result.clamps}
+
+
+def test_a_broken_transfer_path_lets_a_move_toward_aggregated_through_in_one_tick() -> None:
+    cooling = GuardState(groups={"g": GroupGuardState(last_change_s=990.0)})
+    for state in (None, cooling):  # past the step limit, the hysteresis (2 ticks) and the cooldown
+        target, reasons = _guarded(PoolTargets(5, 2), PoolTargets(1, 6), _broken(PoolTargets(5, 2)), state)
+        assert target == PoolTargets(1, 6)  # still within bounds: min_prefill 1, max_decode 6
+        assert reasons == {ClampReason.TRANSFER_ROLLBACK}
+    target, _ = _guarded(PoolTargets(5, 2), PoolTargets(1, 6), _broken(PoolTargets(5, 2), pending=1))
+    assert target == PoolTargets(1, 6)  # and past the pending-change hold
+    target, reasons = _guarded(PoolTargets(5, 2), PoolTargets(0, 9), _broken(PoolTargets(5, 2)))
+    assert target == PoolTargets(1, 6)  # bounds still apply
+    assert ClampReason.BELOW_MIN in reasons
+    assert ClampReason.ABOVE_MAX in reasons
+
+
+def test_a_healthy_path_stale_data_or_a_move_toward_prefill_stay_paced() -> None:
+    held = {ClampReason.MAX_STEP, ClampReason.HYSTERESIS}
+    healthy = _guarded(PoolTargets(5, 2), PoolTargets(1, 6), _broken(PoolTargets(5, 2), failed=0.1))
+    assert healthy == (PoolTargets(5, 2), held)
+    stale = _guarded(PoolTargets(5, 2), PoolTargets(1, 6), _broken(PoolTargets(5, 2), staleness_s=60.0))
+    assert stale[0] == PoolTargets(5, 2)
+    assert ClampReason.TRANSFER_ROLLBACK not in stale[1]
+    toward_prefill = _guarded(PoolTargets(2, 6), PoolTargets(5, 3), _broken(PoolTargets(2, 6)))
+    assert toward_prefill == (PoolTargets(2, 6), held)

@@ -562,3 +562,48 @@ def test_the_shipped_selector_decides_on_a_live_policy_file_and_leaves_its_defau
     assert set(action.thresholds) == {"chatbot", "rag"}
     assert action.pools == {"interactive": PoolTargets(2, 6)}  # it starts under its first rule, which holds pools
     assert policy.chosen_rules() == {"interactive": policy.manifest.rules[0]}
+
+
+def _decide_broken(selector: Policy, pools: dict[str, PoolTargets], failed: float) -> ControlAction:
+    """One window in which the hot group's remote legs (2 rps x 0.5 remote x 10 s = 10) fail at ``failed``."""
+    context = _context(pools)
+    groups = {
+        g: GroupWindow(
+            num_prefill=p.num_prefill,
+            num_decode=p.num_decode,
+            kv_transfer_time_p95_s=0.05,
+            kv_transfer_failure_frac=failed if g == "hot" else 0.0,
+        )
+        for g, p in pools.items()
+    }
+    tw = {t.name: TenantWindow(request_rate_rps=2.0, remote_prefill_frac=0.5) for t in TENANTS}
+    window = MetricWindow(end_s=10.0, window_s=10.0, tenants=tw, groups=groups)
+    return selector.decide(build_observation(window, ObservationContext(TENANTS, GROUPS, BASE)), context)
+
+
+def test_with_transfer_fallback_a_broken_path_switches_its_group_to_aggregated_at_once() -> None:
+    low = {"hot": PoolTargets(1, 7), "cool": PoolTargets(1, 7)}  # the network prefers legacy for both groups
+    plain = RuleSelector(_manifest(), SelectorNetwork.from_tensors(_tensors(), len(RULES)), source="t")
+    falls = RuleSelector(
+        _manifest(transfer_fallback=True, routing_follows_pools=True),
+        SelectorNetwork.from_tensors(_tensors(), len(RULES)),
+        source="t",
+    )
+    _decide_broken(plain, low, failed=0.8)
+    healthy = _decide_broken(falls, low, failed=0.2)
+    assert plain.chosen_rules() == falls.chosen_rules() == {"hot": "dynamo-legacy", "cool": "dynamo-legacy"}
+    assert healthy.thresholds["rag"].rule is RouteRule.DYNAMO_LEGACY
+    broken = _decide_broken(falls, low, failed=0.8)
+    assert falls.chosen_rules() == {"hot": "aggregated", "cool": "dynamo-legacy"}  # no patience waited out
+    assert broken.pools["hot"] == PoolTargets(0, 8)
+    assert broken.thresholds["rag"].rule is RouteRule.AGGREGATED_ONLY  # routed locally at once, pools or not
+    # With the path no longer judged (aggregated sends no legs), leaving is the network's call after its patience.
+    _decide(falls, low)
+    assert falls.chosen_rules()["hot"] == "aggregated"
+    _decide(falls, low)
+    assert falls.chosen_rules()["hot"] == "dynamo-legacy"
+
+
+def test_a_transfer_fallback_without_the_aggregated_rule_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="transfer_fallback needs the aggregated rule"):
+        _manifest(rules=["dynamo-legacy", "dynamo-isl-bounding"], transfer_fallback=True)
