@@ -96,9 +96,12 @@ baseline's parameters (keyword arguments of its parameter dataclass)."""
 
 WATCHDOG_FALLBACK = "baseline:dynamo-legacy"
 
-DEFAULT_LEARNED_ARTIFACT = Path(__file__).resolve().parents[1] / "experiments/results/learned/selector-dwell-policy"
-"""The shipped default learned policy: the rule selector of ``experiments/selector-dwell.yaml`` (in a source
-checkout; see experiments/results/families/README-learned.md)."""
+DEFAULT_LEARNED_ARTIFACT = (
+    Path(__file__).resolve().parents[1] / "experiments/results/learned/selector-dwell-fallback-policy"
+)
+"""The shipped default learned policy: the rule selector of ``experiments/selector-dwell.yaml`` with
+``transfer_fallback`` on (in a source checkout; see experiments/results/families/README-learned.md and
+experiments/results/families/transfer-fallback/)."""
 
 DEFAULT_LEARNED_SPEC = f"learned:{DEFAULT_LEARNED_ARTIFACT}"
 """What ``learned:default`` stands for: the default learned policy as it ships (its safety layer is the guard every
