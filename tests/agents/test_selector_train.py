@@ -475,6 +475,7 @@ def test_the_recipe_and_the_manifest_share_one_definition_of_how_the_selector_ac
         "routing_follows_pools",
         "switch_margin_frac",
         "switch_evidence",
+        "transfer_fallback",
         "first_decision",
     }
     assert fields <= set(SelectorConfig.model_fields)
@@ -485,8 +486,11 @@ def test_the_recipe_and_the_manifest_share_one_definition_of_how_the_selector_ac
         patience_streak="any_better",
         switch_margin_frac=0.05,
         switch_evidence="since_switch",
+        transfer_fallback=True,
     )
     manifest = SelectorManifest(
         schema_version=1, feature_hash="x", rules=recipe.rules, hidden_width=4, **recipe.behaviour()
     )
     assert manifest.behaviour() == recipe.behaviour()
+    with pytest.raises(ValueError, match="transfer_fallback needs the aggregated rule"):
+        SelectorConfig(rules=["dynamo-legacy", "dynamo-isl-bounding"], transfer_fallback=True)
