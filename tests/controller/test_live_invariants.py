@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from controller.actuators.router import RouterActuator, role_changes
 from controller.sources.base import InstanceInfo, Topology
 from policies.base import PolicyContext
+from policies.baselines import make_baseline
 from policies.control import ControlInputs, ControlState, control_step
 from policies.guard import ClampReason, GuardLimits, GuardState, SafetyGuard
 from policies.pool_clamp import within_bounds
@@ -112,6 +113,50 @@ def test_prefill_death_under_queue_kv_keeps_the_decode_minimum() -> None:
     final = Topology.from_instances(list(instances.values())).pools["g"]
     assert final == PoolTargets(2, 2), "the live prefill pool grew by shifting one decode instance, no more"
     assert sum(len(m) for m in moved) == 1
+
+
+def test_a_broken_transfer_path_rolls_the_live_pools_back_to_aggregated_in_one_tick() -> None:
+    """The controller's step and the router actuator carry out the guard's rollback: two prefill instances flip at once.
+
+    Under the guard's step limit (one instance per tick; hysteresis of one tick here) the aggregated rule's move is
+    paced on a healthy path, and goes through in one tick once half the window's remote legs failed
+    (``policies/transfer_fallback``).
+    """
+    group = TenantGroup("g", ("a",), gpu_budget=8, min_prefill=0, min_decode=1)
+    topology = _five_instances()
+    policy = make_baseline("aggregated")
+    for failed, want, flipped in ((0.0, PoolTargets(1, 4), {"p1": "decode"}), (0.6, PoolTargets(0, 5), None)):
+        window = replace(
+            _window(topology.pools["g"]),
+            groups={
+                "g": GroupWindow(
+                    num_prefill=2,
+                    num_decode=3,
+                    decode_kv_usage_frac=0.2,
+                    kv_transfer_failure_frac=failed,
+                    kv_transfer_time_p95_s=0.05,
+                )
+            },
+            tenants={"a": TenantWindow(request_rate_rps=5.0, remote_prefill_frac=0.5)},
+        )
+        inputs = ControlInputs(
+            window=window,
+            tenants=(TENANT,),
+            groups=(group,),
+            current_pools=topology.pools,
+            base_thresholds={"a": RoutingThresholds()},
+            now_s=1000.0,
+            interval_s=30.0,
+            now=datetime(2026, 1, 1, tzinfo=UTC),
+            capacity=topology.capacity,
+        )
+        guard = SafetyGuard(GuardLimits(hysteresis_ticks=1))
+        effects = control_step(policy, inputs, ControlState.start({"a": RoutingThresholds()}), guard)
+        target = effects.guarded.pools["g"]
+        assert target == want, failed
+        changes = role_changes(topology, {"g": target}, {"g": group})
+        assert changes == (flipped or {"p0": "decode", "p1": "decode"}), failed
+        assert (ClampReason.TRANSFER_ROLLBACK in [c.reason for c in effects.clamps]) is (failed > 0), failed
 
 
 def test_role_changes_never_chase_one_pool_through_the_other() -> None:
