@@ -319,8 +319,7 @@ class SelectorConfig(_Strict, SelectorBehaviour):
             raise ValueError(f"rules: unknown baseline {unknown[0]!r} (known: {', '.join(sorted(BASELINES))})")
         if len(set(self.rules)) != len(self.rules):
             raise ValueError("rules: a rule is listed twice")
-        if self.transfer_fallback and "aggregated" not in self.rules:
-            raise ValueError("transfer_fallback needs the aggregated rule among the rules")
+        self.check_fallback_rule(self.rules)
         for name, scales in (("rate_scales", self.rate_scales), ("bandwidth_scales", self.bandwidth_scales)):
             if len(set(scales)) != len(scales):
                 raise ValueError(f"{name}: a scale is listed twice")

@@ -193,6 +193,15 @@ class SelectorBehaviour(BaseModel):
             raise ValueError("move_dwell_s needs settle_before_judging: true (the dwell follows a settled move)")
         return self
 
+    def check_fallback_rule(self, rules: list[str]) -> None:
+        """Refuse ``transfer_fallback`` without ``aggregated`` among ``rules`` (the recipe's or the manifest's).
+
+        Raises:
+            ValueError: one line naming the field.
+        """
+        if self.transfer_fallback and "aggregated" not in rules:
+            raise ValueError("transfer_fallback needs the aggregated rule among the rules")
+
     def behaviour(self) -> dict[str, object]:
         """These fields and their values (what a trained selector's manifest takes from its recipe)."""
         return {name: getattr(self, name) for name in SelectorBehaviour.model_fields}
@@ -230,8 +239,7 @@ class SelectorManifest(SelectorBehaviour):
 
     @model_validator(mode="after")
     def _fallback_needs_aggregated(self) -> SelectorManifest:
-        if self.transfer_fallback and "aggregated" not in self.rules:
-            raise ValueError("transfer_fallback needs the aggregated rule among the rules")
+        self.check_fallback_rule(self.rules)
         return self
 
     @model_validator(mode="after")
