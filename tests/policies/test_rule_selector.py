@@ -607,3 +607,62 @@ def test_with_transfer_fallback_a_broken_path_switches_its_group_to_aggregated_a
 def test_a_transfer_fallback_without_the_aggregated_rule_is_refused_naming_the_field() -> None:
     with pytest.raises(ValueError, match="transfer_fallback needs the aggregated rule"):
         _manifest(rules=["dynamo-legacy", "dynamo-isl-bounding"], transfer_fallback=True)
+
+
+def _decide_attaining(selector: Policy, pools: dict[str, PoolTargets], attainment: float | None) -> ControlAction:
+    """One window in which every tenant had traffic and ``attainment`` of its requests met both objectives."""
+    context = _context(pools)
+    groups = {g: GroupWindow(num_prefill=p.num_prefill, num_decode=p.num_decode) for g, p in pools.items()}
+    tw = {t.name: TenantWindow(request_rate_rps=2.0, slo_attainment_frac=attainment) for t in TENANTS}
+    window = MetricWindow(end_s=10.0, window_s=10.0, tenants=tw, groups=groups)
+    return selector.decide(build_observation(window, ObservationContext(TENANTS, GROUPS, BASE)), context)
+
+
+def test_holding_while_objectives_are_met_keeps_the_rule_and_a_met_window_resets_the_patience() -> None:
+    high = {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)}  # the network prefers aggregated for "hot"
+    plain = RuleSelector(_manifest(), SelectorNetwork.from_tensors(_tensors(), len(RULES)), source="t")
+    holds = RuleSelector(
+        _manifest(hold_while_objectives_met=True), SelectorNetwork.from_tensors(_tensors(), len(RULES)), source="t"
+    )
+    for _ in range(3):
+        _decide_attaining(plain, high, attainment=1.0)
+        _decide_attaining(holds, high, attainment=1.0)
+    assert plain.chosen_rules()["hot"] == "aggregated"  # without the hold the network's preference acts
+    assert holds.chosen_rules()["hot"] == "dynamo-legacy"  # nothing to gain in windows that met every objective
+    # Short windows build the patience; one met window in between starts it over.
+    for attainment in (0.5, 1.0, 0.5):
+        _decide_attaining(holds, high, attainment=attainment)
+    assert holds.chosen_rules()["hot"] == "dynamo-legacy"
+    now = _decide_attaining(holds, high, attainment=0.5)
+    assert holds.chosen_rules()["hot"] == "aggregated"  # two short windows in a row: the evidence to leave
+    assert now.pools["hot"] == PoolTargets(0, 8)
+    # Unknown attainment is no reason to hold: the selector acts as without the field.
+    unknown = RuleSelector(
+        _manifest(hold_while_objectives_met=True), SelectorNetwork.from_tensors(_tensors(), len(RULES)), source="t"
+    )
+    for _ in range(2):
+        _decide_attaining(unknown, high, attainment=None)
+    assert unknown.chosen_rules()["hot"] == "aggregated"
+
+
+def test_a_transfer_fallback_acts_at_once_even_in_a_window_that_met_every_objective() -> None:
+    low = {"hot": PoolTargets(1, 7), "cool": PoolTargets(1, 7)}
+    selector = RuleSelector(
+        _manifest(transfer_fallback=True, hold_while_objectives_met=True),
+        SelectorNetwork.from_tensors(_tensors(), len(RULES)),
+        source="t",
+    )
+    context = _context(low)
+    groups = {
+        g: GroupWindow(
+            num_prefill=p.num_prefill,
+            num_decode=p.num_decode,
+            kv_transfer_time_p95_s=0.05,
+            kv_transfer_failure_frac=0.8 if g == "hot" else 0.0,
+        )
+        for g, p in low.items()
+    }
+    tw = {t.name: TenantWindow(request_rate_rps=2.0, remote_prefill_frac=0.5, slo_attainment_frac=1.0) for t in TENANTS}
+    window = MetricWindow(end_s=10.0, window_s=10.0, tenants=tw, groups=groups)
+    selector.decide(build_observation(window, ObservationContext(TENANTS, GROUPS, BASE)), context)
+    assert selector.chosen_rules() == {"hot": "aggregated", "cool": "dynamo-legacy"}
