@@ -333,6 +333,8 @@ class ControlLoop:
                 "num_decode": g.num_decode,
                 "prefill_queue_wait_s": _num(g.prefill_queue_wait_s),
                 "decode_kv_usage_frac": _num(g.decode_kv_usage_frac),
+                "kv_transfer_time_p95_s": _num(g.kv_transfer_time_p95_s),
+                "kv_transfer_failure_frac": _num(g.kv_transfer_failure_frac),
             }
             for name, g in window.groups.items()
         }
@@ -342,6 +344,8 @@ class ControlLoop:
                 "ttft_p95_s": _num(w.ttft_p95_s),
                 "tpot_p95_s": _num(w.tpot_p95_s),
                 "p95_input_tokens": _num(w.p95_input_tokens),
+                "remote_prefill_frac": _num(w.remote_prefill_frac),
+                "slo_attainment_frac": _num(w.slo_attainment_frac),
             }
             for name, w in window.tenants.items()
         }

@@ -14,6 +14,7 @@ from typing import Any
 
 import aiohttp
 
+from livestack.emulator import FaultConfig
 from livestack.emulator.tokenizer import prompt_text
 from tests.controller.harness import (
     ControllerProcess,
@@ -107,11 +108,16 @@ class Stack:
 
 
 def controller_config(
-    tmp_path: Path, cluster: LiveCluster, prometheus_url: str, source_kind: str = "prometheus", **overrides: Any
+    tmp_path: Path,
+    cluster: LiveCluster,
+    prometheus_url: str,
+    source_kind: str = "prometheus",
+    policy_yaml: str = POLICY,
+    **overrides: Any,
 ) -> dict[str, Any]:
     """Controller config for the stack; ``source_kind="scrape"`` uses the built-in scraper instead of Prometheus."""
     policy_path = tmp_path / "controller-policy.yaml"
-    policy_path.write_text(POLICY)
+    policy_path.write_text(policy_yaml)
     (tmp_path / "overrides").mkdir(exist_ok=True)
     config: dict[str, Any] = {
         "mode": "active",
@@ -138,11 +144,33 @@ def controller_config(
 
 
 @contextlib.asynccontextmanager
-async def live_stack(tmp_path: Path, source_kind: str = "prometheus", **overrides: Any) -> AsyncIterator[Stack]:
-    async with live_cluster(tmp_path, num_prefill=1, num_decode=2, policy_yaml=POLICY) as cluster:
+async def live_stack(
+    tmp_path: Path,
+    source_kind: str = "prometheus",
+    *,
+    policy_yaml: str = POLICY,
+    num_prefill: int = 1,
+    num_decode: int = 2,
+    faults: FaultConfig | None = None,
+    router_overrides: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> AsyncIterator[Stack]:
+    """The stack of one group ``interactive`` (``p0..`` prefill, ``d0..`` decode) under ``policy_yaml``.
+
+    ``faults`` are injected into every emulated instance, ``router_overrides`` merged into the router's config and
+    ``overrides`` into the controller's (:func:`controller_config`).
+    """
+    async with live_cluster(
+        tmp_path,
+        num_prefill=num_prefill,
+        num_decode=num_decode,
+        faults=faults,
+        policy_yaml=policy_yaml,
+        router_overrides=router_overrides,
+    ) as cluster:
         instances = {iid: (url, "interactive") for iid, url in cluster.host.urls.items()}
         with prometheus(tmp_path, cluster.url, instances) as prom:
-            config = controller_config(tmp_path, cluster, prom.url, source_kind, **overrides)
+            config = controller_config(tmp_path, cluster, prom.url, source_kind, policy_yaml=policy_yaml, **overrides)
             # The controller process is started in a thread so that the in-process servers keep serving.
             ctx = controller(config, tmp_path)
             process = await asyncio.to_thread(ctx.__enter__)
