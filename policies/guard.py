@@ -32,7 +32,8 @@ alone under the whole load, building a backlog that can outlast the incident. Th
 as usual.
 
 Per tenant, in order: thresholds for unknown tenants are dropped; on stale data thresholds are held; a tenant's
-thresholds change at most once per ``cooldown_s``; then **threshold hysteresis**:
+thresholds change at most once per ``cooldown_s`` (a change of the route rule excepted, below); then **threshold
+hysteresis**:
 
 * *dead band*: a change that moves every ordered threshold (the numeric fields of
   :class:`~policies.schema.RoutingThresholds`, :data:`ORDERED_THRESHOLD_FIELDS`) by less than
@@ -49,10 +50,14 @@ thresholds change at most once per ``cooldown_s``; then **threshold hysteresis**
   another), and the new rule's thresholds must act as that rule set them, or the group runs a rule nobody chose
   (measured: on a generated scenario the selector's switch to ``dynamo-legacy`` was refused for ten minutes and
   the old rule kept running under the new rule's name). How often a policy switches rules is its own hysteresis'
-  business (the selector's patience).
+  business (the selector's patience). For the same reason a change of the route rule passes the **cooldown**
+  too (measured: on a validation scenario the selector named legacy again 20 s after its previous switch, and the
+  cooldown kept the other rule's routing for 40 s, until the selector, judging legacy on that rule's windows,
+  named the other rule again); it still counts as an applied change, so the cooldown restarts from it.
 
 Changes of the non-ordered fields (booleans such as ``disaggregation_enabled``, the route rule, fallback
-actions, models, buckets) pass the dead band and have no direction: only the cooldown applies to them. An
+actions, models, buckets) pass the dead band and have no direction: only the cooldown applies to them (and not
+to the route rule). An
 operator's rollback is an override, applied after the guard, and is never held by it.
 """
 
@@ -312,7 +317,8 @@ class SafetyGuard:
                     clamps.append(Clamp("tenant", tenant, ClampReason.STALE_HOLD_THRESHOLDS, "window is stale"))
                     continue
                 last_s = changes.get(tenant)
-                if last_s is not None and context.now_s - last_s < self.limits.cooldown_s:
+                handover = current.rule != thresholds.rule  # between rules: not held by the cooldown (docstring)
+                if not handover and last_s is not None and context.now_s - last_s < self.limits.cooldown_s:
                     left_s = self.limits.cooldown_s - (context.now_s - last_s)
                     clamps.append(Clamp("tenant", tenant, ClampReason.THRESHOLD_COOLDOWN, f"{left_s:.1f} s left"))
                     continue

@@ -388,6 +388,31 @@ def test_a_change_of_route_rule_is_a_handover_not_a_reversal() -> None:
     assert _thresholds_step(guard, legacy, back_up, 1240.0, after)[1] == [ClampReason.THRESHOLD_REVERSAL]
 
 
+def test_a_change_of_route_rule_passes_the_cooldown_and_restarts_it() -> None:
+    """A handover between rules acts at once, within the cooldown of the last change; a change within one rule,
+    asked for inside the cooldown that handover restarted, is held; a stale window holds the handover too."""
+    guard = SafetyGuard(GuardLimits(cooldown_s=60.0, threshold_reversal_hold_s=0.0))
+    legacy = RoutingThresholds(rule=RouteRule.DYNAMO_LEGACY, min_remote_input_tokens=1000, max_local_input_tokens=1000)
+    isl = RoutingThresholds(rule=RouteRule.DYNAMO_ISL_OR_LOAD, min_remote_input_tokens=2048)
+    out, _, state = _thresholds_step(guard, legacy, isl, 1000.0, GuardState())
+    assert out == {"a": isl}
+    out, reasons, state = _thresholds_step(guard, isl, legacy, 1020.0, state)  # 20 s later: inside the cooldown
+    assert out == {"a": legacy}
+    assert reasons == []
+    assert state.tenants == {"a": 1020.0}  # an applied change: the cooldown restarts from it
+    tweaked = replace(legacy, max_prefill_queue_requests=4)
+    out, reasons, _ = _thresholds_step(guard, legacy, tweaked, 1060.0, state)
+    assert out == {}
+    assert reasons == [ClampReason.THRESHOLD_COOLDOWN]
+    assert _thresholds_step(guard, legacy, tweaked, 1081.0, state)[0] == {"a": tweaked}
+    stale = replace(context(PoolTargets(2, 4), now_s=1030.0), current_thresholds={"a": isl})
+    held = guard.apply(
+        ControlAction(thresholds={"a": legacy}), stale, window(PoolTargets(2, 4), staleness_s=600.0), state
+    )
+    assert held.action.thresholds == {}
+    assert [c.reason for c in held.clamps] == [ClampReason.STALE_HOLD_THRESHOLDS]
+
+
 # ----------------------------------------------------------------------------------- rollback on a broken path
 
 
