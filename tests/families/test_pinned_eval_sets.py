@@ -64,7 +64,13 @@ def test_the_default_familys_evaluation_sets_regenerate_byte_for_byte(pin: str) 
 
 @pytest.mark.parametrize(
     ("small_pin", "large_pin"),
-    [("validation-36", "validation-72"), ("test-40", "test-80"), ("test-80", "test-120"), ("test-120", "test-160"), ("test-160", "test-200")],
+    [
+        ("validation-36", "validation-72"),
+        ("test-40", "test-80"),
+        ("test-80", "test-120"),
+        ("test-120", "test-160"),
+        ("test-160", "test-200"),
+    ],
 )
 def test_a_larger_set_extends_the_smaller_one(small_pin: str, large_pin: str) -> None:
     """The first scenarios of a larger pinned set are the smaller set every earlier table was measured on."""
