@@ -23,6 +23,8 @@ chooses, a group is run by one of the rules a platform team already trusts, neve
 * **A move is judged once it has settled.** With ``settle_before_judging`` the patience counts only windows in
   which the pools the selector asked for run, and with ``move_dwell_s`` only once they have run as long as the move
   took (at most that long): the first windows after a move still carry the backlog it built up.
+* **The start is judged like a move** (with :attr:`SelectorBehaviour.dwell_after_start`): a group's first windows,
+  routed by the thresholds deployed before the selector or still carrying their backlog, do not count.
 * **No evidence, no vote.** A window in which no tenant of a group has a known request rate (a controller's
   first ticks, a scrape gap) neither advances nor resets that group's patience: the group keeps its rule. On the
   live demo's first three 2-s ticks every value was unknown, and a selector that voted on them switched the group
@@ -155,7 +157,7 @@ class SelectorBehaviour(BaseModel):
     windows right after a move still carry the backlog the move built up, and a backlog built over a long move takes
     long to clear; judged on them, a rule that took ten minutes to bring up is left again at once (traced on a
     validation scenario: aggregated reached after 600 s, isl-bounding chosen back 30 s later, the move undone over
-    the next 600 s). Only after a move: a group's first windows are judged at once."""
+    the next 600 s). Only after a move: a group's first windows are judged at once unless ``dwell_after_start``."""
     routing_follows_pools: bool = False
     """When a group changes to a rule that asks for other pools, keep routing it by the rule before until those
     pools run (no instance pending, the sizes asked for running): a pool move takes minutes, and the new rule's
@@ -194,6 +196,16 @@ class SelectorBehaviour(BaseModel):
     switched to isl-or-load, whose all-remote routing overloaded the prefill pool; the queue it built held the
     group near 25 % attainment for the rest of the run). The evidence for leaving a rule is
     then gathered in windows where that rule falls short. A transfer fallback still acts at once."""
+    dwell_after_start: bool = False
+    """Leave a group's first windows unjudged, as the first windows after a pool move are: the window of its first
+    decision was routed by the thresholds the deployment ran before the selector, not by any rule of it, and the
+    windows right after still carry the backlog that routing built up. The patience counts once the acting rule has
+    routed one whole window after the first decision (the window's length, ``MetricWindow.window_s``) and then as
+    long again, at most ``move_dwell_s`` (the dwell after a move that took that long). Traced on a validation
+    scenario: a group's first window under the initial thresholds met 2-20 % of its objectives, the next, with that
+    window's backlog, 32-80 %, the third 88-98 %; counted from the first, the patience had switched the group from
+    legacy to isl-or-load by the third, and the group then met about 22 % for the rest of the run. A transfer
+    fallback still acts at once."""
     first_decision: Literal["first_rule", "scored"] = "first_rule"
     """At a group's first decision: start under the first rule and let the patience run (``first_rule``), or act
     at once as the best-scored rule (``scored``: nothing was chosen before, so there is nothing to flap from)."""
@@ -433,6 +445,8 @@ class _GroupState:
     """The rule whose thresholds act (``rule`` unless ``routing_follows_pools`` holds the previous one)."""
     move: MoveClock = field(default_factory=MoveClock)
     """Its last pool move (``settle_before_judging``, ``move_dwell_s``)."""
+    started_s: float = 0.0
+    """When the selector first decided for the group (``dwell_after_start``)."""
     ratio_sum: np.ndarray | None = None
     """Predicted goodput ratios summed over the judged windows since the last change (``since_switch``)."""
     ratio_windows: int = 0
@@ -511,15 +525,12 @@ class RuleSelector:
             if state is None:
                 scored = self.manifest.first_decision == "scored" and rows.group_rows[gi][_GROUP_RATE] is not None
                 first = int(np.argmax(scores[gi])) if scored else 0
-                state = self._groups[group.name] = _GroupState(rule=first, routing=first)
+                state = self._groups[group.name] = _GroupState(rule=first, routing=first, started_s=context.now_s)
             if self._transfer_fallback(state, group.name, observation, context):
                 chosen.append(state.rule)
                 continue
-            if rows.group_rows[gi][_GROUP_RATE] is None:  # no traffic seen in the window: no evidence, no vote
-                chosen.append(state.rule)
-                continue
-            if self.manifest.settle_before_judging and not self._judged(state, group.name, observation, context):
-                chosen.append(state.rule)
+            if rows.group_rows[gi][_GROUP_RATE] is None or not self._judged(state, group.name, observation, context):
+                chosen.append(state.rule)  # no traffic seen in the window (no evidence, no vote), or not judged
                 continue
             if self.manifest.hold_while_objectives_met and group_met_objectives(
                 observation.window, context, group.name
@@ -588,15 +599,21 @@ class RuleSelector:
     def _judged(self, state: _GroupState, group: str, observation: Observation, context: PolicyContext) -> bool:
         """Whether this window counts for ``group``'s patience.
 
-        It counts when the group's pools are settled (no instance pending, the pools last asked for running;
-        ``settle_before_judging``) and, after a move, have run as long as the move took, at most ``move_dwell_s``.
+        Not while the group's start is dwelled on (``dwell_after_start``). Then it counts when the group's pools are
+        settled (no instance pending, the pools last asked for running; ``settle_before_judging``) and, after a
+        move, have run as long as the move took, at most ``move_dwell_s``.
         """
+        window_s = observation.window.window_s
+        start_s = state.started_s + window_s + min(window_s, self.manifest.move_dwell_s)
+        starting = self.manifest.dwell_after_start and context.now_s < start_s
+        if not self.manifest.settle_before_judging:
+            return not starting
         moving = not pools_running(observation.window, context, group, self._asked.get(group))
         state.move.observe(moving, context.now_s)
         if moving or state.move.dwelling(context.now_s, self.manifest.move_dwell_s):
             return False
         state.move.reset()
-        return True
+        return not starting
 
     def _evidence(self, state: _GroupState, scores: np.ndarray) -> np.ndarray:
         """The scores a judged window's challenger is chosen on (``switch_evidence``), as logits."""

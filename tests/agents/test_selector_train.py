@@ -477,6 +477,7 @@ def test_the_recipe_and_the_manifest_share_one_definition_of_how_the_selector_ac
         "switch_evidence",
         "transfer_fallback",
         "hold_while_objectives_met",
+        "dwell_after_start",
         "first_decision",
     }
     assert fields <= set(SelectorConfig.model_fields)
@@ -489,6 +490,7 @@ def test_the_recipe_and_the_manifest_share_one_definition_of_how_the_selector_ac
         switch_evidence="since_switch",
         transfer_fallback=True,
         hold_while_objectives_met=True,
+        dwell_after_start=True,
     )
     manifest = SelectorManifest(
         schema_version=1, feature_hash="x", rules=recipe.rules, hidden_width=4, **recipe.behaviour()

@@ -666,3 +666,49 @@ def test_a_transfer_fallback_acts_at_once_even_in_a_window_that_met_every_object
     window = MetricWindow(end_s=10.0, window_s=10.0, tenants=tw, groups=groups)
     selector.decide(build_observation(window, ObservationContext(TENANTS, GROUPS, BASE)), context)
     assert selector.chosen_rules() == {"hot": "aggregated", "cool": "dynamo-legacy"}
+
+
+def test_with_a_dwell_after_start_the_first_windows_do_not_count() -> None:
+    """The first decision's window and the one after it (10-s windows, a dwell cap above 10 s) are not judged."""
+
+    def rules_after(**manifest: object) -> list[str]:
+        selector = RuleSelector(_manifest(**manifest), SelectorNetwork.from_tensors(_tensors(), len(RULES)), source="t")
+        pools = {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)}  # aggregated scores best for "hot"
+        out = []
+        for t in (10.0, 20.0, 30.0, 40.0, 50.0):
+            _decide(selector, pools, now_s=t)
+            out.append(selector.chosen_rules()["hot"][:3])
+        return out
+
+    assert rules_after() == ["dyn", "agg", "agg", "agg", "agg"]  # counted from the first window
+    assert rules_after(dwell_after_start=True, settle_before_judging=True, move_dwell_s=300.0) == [
+        "dyn",
+        "dyn",
+        "dyn",  # judged from 30 s: the first decision at 10 s + one whole window + as long again
+        "agg",
+        "agg",
+    ]
+    # no dwell cap: only the first decision's window (routed by the thresholds before the selector) is skipped
+    assert rules_after(dwell_after_start=True) == ["dyn", "dyn", "agg", "agg", "agg"]
+
+
+def test_a_dwell_after_start_does_not_delay_a_transfer_fallback() -> None:
+    selector = RuleSelector(
+        _manifest(dwell_after_start=True, transfer_fallback=True),
+        SelectorNetwork.from_tensors(_tensors(), len(RULES)),
+        source="t",
+    )
+    pools = {"hot": PoolTargets(1, 7), "cool": PoolTargets(1, 7)}  # legacy scores best everywhere
+    context = _context(pools, now_s=10.0)
+    groups = {
+        "hot": GroupWindow(num_prefill=1, num_decode=7, kv_transfer_failure_frac=1.0),
+        "cool": GroupWindow(num_prefill=1, num_decode=7),
+    }
+    tw = {
+        "rag": TenantWindow(request_rate_rps=5.0, remote_prefill_frac=1.0),
+        "chat": TenantWindow(request_rate_rps=5.0, remote_prefill_frac=1.0),
+    }
+    window = MetricWindow(end_s=10.0, window_s=10.0, tenants=tw, groups=groups)
+    selector.decide(build_observation(window, ObservationContext(TENANTS, GROUPS, BASE)), context)
+    assert selector.chosen_rules()["hot"] == "aggregated"
+    assert selector.chosen_rules()["cool"] == "dynamo-legacy"
