@@ -195,7 +195,9 @@ class SelectorBehaviour(BaseModel):
     validation scenario: a group at 96 % of its capacity, every tenant at 97-100 % attainment under legacy, was
     switched to isl-or-load, whose all-remote routing overloaded the prefill pool; the queue it built held the
     group near 25 % attainment for the rest of the run). The evidence for leaving a rule is
-    then gathered in windows where that rule falls short. A transfer fallback still acts at once."""
+    then gathered in windows where that rule falls short. A transfer fallback still acts at once. Off in the shipped
+    selector: measured on validation 72, it gained share and lost goodput
+    (``experiments/results/families/objectives-hold/``)."""
     dwell_after_start: bool = False
     """Leave a group's first windows unjudged, as the first windows after a pool move are: the window of its first
     decision was routed by the thresholds the deployment ran before the selector, not by any rule of it, and the
@@ -205,7 +207,9 @@ class SelectorBehaviour(BaseModel):
     scenario: a group's first window under the initial thresholds met 2-20 % of its objectives, the next, with that
     window's backlog, 32-80 %, the third 88-98 %; counted from the first, the patience had switched the group from
     legacy to isl-or-load by the third, and the group then met about 22 % for the rest of the run. A transfer
-    fallback still acts at once."""
+    fallback still acts at once. Off in the shipped selector: measured on validation 72, it raised the
+    geometric mean and lowered share and floor, with the two seeds disagreeing
+    (``experiments/results/families/start-dwell/``)."""
     first_decision: Literal["first_rule", "scored"] = "first_rule"
     """At a group's first decision: start under the first rule and let the patience run (``first_rule``), or act
     at once as the best-scored rule (``scored``: nothing was chosen before, so there is nothing to flap from)."""
