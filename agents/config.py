@@ -311,6 +311,10 @@ class SelectorConfig(_Strict, SelectorBehaviour):
     balance_best_rules: bool = False
     """Weigh each labelled group in inverse proportion to how many groups share its best rule, so every rule's wins
     weigh the same in the fit (:func:`agents.selector_data.selector_targets`); unset: every group weighs 1."""
+    own_rule_labels: bool = False
+    """Fit each rule's output only on the states of that rule's own rollouts (``loss: ratio`` only;
+    :func:`agents.selector_data.selector_targets`): a rollout's ratio for another rule was measured from that
+    rule's state, not from this one. Unset: every rollout's state is labelled with every rule's ratio."""
 
     @model_validator(mode="after")
     def _known_rules(self) -> SelectorConfig:
@@ -320,6 +324,8 @@ class SelectorConfig(_Strict, SelectorBehaviour):
         if len(set(self.rules)) != len(self.rules):
             raise ValueError("rules: a rule is listed twice")
         self.check_fallback_rule(self.rules)
+        if self.own_rule_labels and self.loss != "ratio":
+            raise ValueError("own_rule_labels: needs loss: ratio (a best-rule distribution needs every rule's label)")
         for name, scales in (("rate_scales", self.rate_scales), ("bandwidth_scales", self.bandwidth_scales)):
             if len(set(scales)) != len(scales):
                 raise ValueError(f"{name}: a scale is listed twice")

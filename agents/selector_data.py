@@ -276,6 +276,9 @@ class SelectorDataset:
     """``[samples, rules]``, rows sum to 1."""
     ratios: np.ndarray
     """``[samples, rules]``: each rule's goodput over the best rule's, for the sample's group (in [0, 1])."""
+    label_mask: np.ndarray
+    """``[samples, rules]``: 1 where a ratio is a label the ``ratio`` loss fits, 0 where it is left out (all 1
+    unless :func:`selector_targets` was asked for ``own_rule_labels``)."""
     weights: np.ndarray
     """``[samples]``."""
     groups: int
@@ -333,6 +336,7 @@ def selector_targets(
     window_intervals: int | None = None,
     share_transfer: bool = False,
     balance_best_rules: bool = False,
+    own_rule_labels: bool = False,
 ) -> SelectorDataset:
     """Targets per labelled group: each rule's goodput over the best rule's, and a soft best-rule distribution.
 
@@ -353,6 +357,12 @@ def selector_targets(
     :attr:`SelectorDataset.best_counts`), so the groups each rule is best on weigh the same in all: a rule best on
     few groups is not outvoted by the rule best on most.
 
+    With ``own_rule_labels`` a rollout's samples are labelled only for the rule that made them
+    (:attr:`SelectorDataset.label_mask`): rule *q*'s ratio at a state reached under rule *r* ≠ *q* is what *q*'s
+    own rollout achieved from *its* state at that interval, not what switching to *q* from this state would, so
+    it is left out of the loss. Each output then learns, on the states its own rule reaches, how that rule fares
+    from them; a rule that has run the group into a backlog is labelled by the backlog it left.
+
     Raises:
         ValueError: a group lacks a rollout of some rule, or ``temperature_frac`` is not positive.
     """
@@ -365,6 +375,7 @@ def selector_targets(
     xs: list[np.ndarray] = []
     rs: list[np.ndarray] = []
     ws: list[np.ndarray] = []
+    ms: list[np.ndarray] = []
     ws_best: list[int] = []  # each ws entry's group's best rule
     best_counts = dict.fromkeys(rules, 0)
     labelled = 0
@@ -395,9 +406,14 @@ def selector_targets(
         inputs = [per_rule[rule].inputs for rule in rules]
         if share_transfer:
             inputs = shared_transfer_inputs(inputs)
-        for x in inputs:
+        for index, x in enumerate(inputs):
             xs.append(x[keep])
             rs.append(ratios[keep])
+            mask = np.ones((int(keep.sum()), len(rules)), dtype=np.float32)
+            if own_rule_labels:
+                mask[:] = 0.0
+                mask[:, index] = 1.0
+            ms.append(mask)
             ws.append(share)
             ws_best.append(best)
     if not xs:
@@ -415,6 +431,7 @@ def selector_targets(
         inputs=np.concatenate(xs).astype(np.float32),
         targets=targets.astype(np.float32),
         ratios=ratios_all.astype(np.float32),
+        label_mask=np.concatenate(ms),
         weights=(weights * len(weights) / max(math.fsum(weights), 1e-12)).astype(np.float32),
         groups=labelled,
         best_counts=best_counts,

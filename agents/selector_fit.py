@@ -86,6 +86,8 @@ def _fit_one(data: SelectorDataset, hyper: _Hyper, seed: int) -> FitResult:
     generator = torch.Generator().manual_seed(seed)
     x = torch.from_numpy(data.inputs)
     y = torch.from_numpy(data.targets if hyper.loss == "soft_best" else data.ratios)
+    mask = torch.from_numpy(data.label_mask)
+    masked = not bool(data.label_mask.all())
     w = torch.from_numpy(data.weights)
     mean = x.mean(0)
     scale = x.std(0).clamp_min(UNVARIED_SCALE)  # the runtime holds inputs at this scale still
@@ -109,9 +111,11 @@ def _fit_one(data: SelectorDataset, hyper: _Hyper, seed: int) -> FitResult:
             if hyper.loss == "soft_best":
                 per_sample = -(y[idx] * torch.log_softmax(logits, dim=1)).sum(1)
             else:
-                per_sample = torch.nn.functional.binary_cross_entropy_with_logits(
-                    logits, y[idx], reduction="none"
-                ).mean(1)
+                per_output = torch.nn.functional.binary_cross_entropy_with_logits(logits, y[idx], reduction="none")
+                if masked:
+                    per_sample = (per_output * mask[idx]).sum(1) / mask[idx].sum(1).clamp_min(1.0)
+                else:
+                    per_sample = per_output.mean(1)
             batch_loss = (per_sample * w[idx]).sum() / w[idx].sum()
             optimiser.zero_grad()
             batch_loss.backward()
@@ -141,6 +145,7 @@ def label_recipe(rollouts: Sequence[GroupRollout], selector: SelectorConfig) -> 
         window_intervals=selector.label_window_intervals,
         share_transfer=selector.share_transfer,
         balance_best_rules=selector.balance_best_rules,
+        own_rule_labels=selector.own_rule_labels,
     )
 
 

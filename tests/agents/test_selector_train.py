@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -190,6 +191,48 @@ def test_unknown_transfer_features_are_taken_from_a_sibling_rollout_of_the_same_
     shared = selector_targets(rollouts, RULES, 0.05, share_transfer=True)
     assert plain.inputs[4:, flag].sum() == 0.0
     np.testing.assert_array_equal(shared.inputs[4:, flag], [1.0, 0.0, 1.0, 0.0])
+
+
+def test_own_rule_labels_keep_each_rollouts_states_for_its_own_rules_output_only() -> None:
+    """The same samples, ratios and weights; the mask leaves out every ratio measured from another rule's state."""
+    rollouts = [
+        _rollout("g1", "dynamo-legacy", 4.0, _inputs(0.0, 2)),
+        _rollout("g1", "aggregated", 2.0, _inputs(1.0, 2)),
+        _rollout("g2", "dynamo-legacy", 1.0, _inputs(2.0, 3)),
+        _rollout("g2", "aggregated", 3.0, _inputs(3.0, 3)),
+    ]
+    every = selector_targets(rollouts, RULES, 0.05)
+    own = selector_targets(rollouts, RULES, 0.05, own_rule_labels=True)
+    for name in ("inputs", "ratios", "targets", "weights"):
+        np.testing.assert_array_equal(getattr(every, name), getattr(own, name))
+    np.testing.assert_array_equal(every.label_mask, np.ones((10, 2), dtype=np.float32))
+    legacy_state = np.isin(own.inputs[:, 0], [0.0, 2.0])  # the states legacy's own rollouts reached
+    np.testing.assert_array_equal(own.label_mask[legacy_state], [[1.0, 0.0]] * 5)
+    np.testing.assert_array_equal(own.label_mask[~legacy_state], [[0.0, 1.0]] * 5)
+
+
+def test_a_fit_on_own_rule_labels_ignores_the_ratios_it_leaves_out() -> None:
+    """Rewriting every masked-out ratio changes nothing in the fit; rewriting a kept one does."""
+    rollouts = []
+    for i in range(8):
+        rollouts += [
+            _rollout(f"g{i}", "dynamo-legacy", 1.0 + i % 3, _inputs(float(i), 2)),
+            _rollout(f"g{i}", "aggregated", 2.0, _inputs(float(i) + 0.5, 2)),
+        ]
+    data = selector_targets(rollouts, RULES, 0.05, own_rule_labels=True)
+    kwargs = {"hidden_width": 8, "epochs": 5, "learning_rate": 1e-2, "weight_decay": 0.0, "batch_size": 4, "seed": 0}
+    base = fit_selector(data, **kwargs)  # type: ignore[arg-type]
+    masked_out = data.ratios.copy()
+    masked_out[data.label_mask == 0] = 0.123
+    same = fit_selector(replace(data, ratios=masked_out), **kwargs)  # type: ignore[arg-type]
+    kept = data.ratios.copy()
+    kept[data.label_mask == 1] = 0.123
+    other = fit_selector(replace(data, ratios=kept), **kwargs)  # type: ignore[arg-type]
+    for name, value in base.tensors.items():
+        np.testing.assert_array_equal(same.tensors[name], value)
+    assert not np.array_equal(other.tensors["out.bias"], base.tensors["out.bias"])
+    plain = fit_selector(replace(data, label_mask=np.ones_like(data.label_mask)), **kwargs)  # type: ignore[arg-type]
+    assert not np.array_equal(plain.tensors["out.bias"], base.tensors["out.bias"])
 
 
 def test_a_group_without_a_rollout_of_every_rule_is_refused_naming_it() -> None:
@@ -453,6 +496,7 @@ def test_a_stopped_pool_starts_none_of_its_queued_tasks(tmp_path: Path, monkeypa
         ({"transfer_memory_s": -1}, "selector.transfer_memory_s"),
         ({"switch_patience_intervals": 101}, "selector.switch_patience_intervals"),
         ({"move_dwell_s": 60.0}, "move_dwell_s needs settle_before_judging"),
+        ({"own_rule_labels": True, "loss": "soft_best"}, "own_rule_labels: needs loss: ratio"),
     ],
 )
 def test_a_bad_selector_section_is_refused_naming_the_field(

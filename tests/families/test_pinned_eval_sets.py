@@ -28,6 +28,7 @@ PINS = {  # pin name: (split, pin file)
     "test-160": ("test", ROOT / "experiments" / "families" / "default-test-160.sha256"),
     "test-200": ("test", ROOT / "experiments" / "families" / "default-test-200.sha256"),
     "test-240": ("test", ROOT / "experiments" / "families" / "default-test-240.sha256"),
+    "test-280": ("test", ROOT / "experiments" / "families" / "default-test-280.sha256"),
 }
 
 
