@@ -315,6 +315,9 @@ class SelectorConfig(_Strict, SelectorBehaviour):
     """Fit each rule's output only on the states of that rule's own rollouts (``loss: ratio`` only;
     :func:`agents.selector_data.selector_targets`): a rollout's ratio for another rule was measured from that
     rule's state, not from this one. Unset: every rollout's state is labelled with every rule's ratio."""
+    equal_window_weights: bool = False
+    """Weigh every labelled window of a group the same (needs ``label_window_intervals``;
+    :func:`agents.selector_data.selector_targets`); unset: each window in proportion to its best rule's goodput."""
 
     @model_validator(mode="after")
     def _known_rules(self) -> SelectorConfig:
@@ -326,6 +329,8 @@ class SelectorConfig(_Strict, SelectorBehaviour):
         self.check_fallback_rule(self.rules)
         if self.own_rule_labels and self.loss != "ratio":
             raise ValueError("own_rule_labels: needs loss: ratio (a best-rule distribution needs every rule's label)")
+        if self.equal_window_weights and self.label_window_intervals is None:
+            raise ValueError("equal_window_weights: needs label_window_intervals (an episode label has one window)")
         for name, scales in (("rate_scales", self.rate_scales), ("bandwidth_scales", self.bandwidth_scales)):
             if len(set(scales)) != len(scales):
                 raise ValueError(f"{name}: a scale is listed twice")

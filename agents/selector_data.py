@@ -337,6 +337,7 @@ def selector_targets(
     share_transfer: bool = False,
     balance_best_rules: bool = False,
     own_rule_labels: bool = False,
+    equal_window_weights: bool = False,
 ) -> SelectorDataset:
     """Targets per labelled group: each rule's goodput over the best rule's, and a soft best-rule distribution.
 
@@ -362,6 +363,9 @@ def selector_targets(
     own rollout achieved from *its* state at that interval, not what switching to *q* from this state would, so
     it is left out of the loss. Each output then learns, on the states its own rule reaches, how that rule fares
     from them; a rule that has run the group into a backlog is labelled by the backlog it left.
+
+    With ``equal_window_weights`` (windowed labels only) every labelled window of a group weighs the same, so a
+    group's few high-goodput windows do not outvote its many ordinary ones; the group still weighs 1 in all.
 
     Raises:
         ValueError: a group lacks a rollout of some rule, or ``temperature_frac`` is not positive.
@@ -402,7 +406,8 @@ def selector_targets(
         labelled += 1
         best = int(np.argmax(goodput))
         best_counts[rules[best]] += 1
-        share = importance[keep] / importance[keep].sum() / len(rules)
+        weight = np.ones(int(keep.sum())) if equal_window_weights else importance[keep]
+        share = weight / weight.sum() / len(rules)
         inputs = [per_rule[rule].inputs for rule in rules]
         if share_transfer:
             inputs = shared_transfer_inputs(inputs)

@@ -146,6 +146,7 @@ def label_recipe(rollouts: Sequence[GroupRollout], selector: SelectorConfig) -> 
         share_transfer=selector.share_transfer,
         balance_best_rules=selector.balance_best_rules,
         own_rule_labels=selector.own_rule_labels,
+        equal_window_weights=selector.equal_window_weights,
     )
 
 

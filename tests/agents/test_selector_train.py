@@ -162,6 +162,19 @@ def test_windowed_labels_follow_the_rule_that_wins_where_it_happens() -> None:
     assert len(data.inputs) == 2  # only the window with goodput is labelled, once per rule's rollout
 
 
+def test_equal_window_weights_weigh_every_labelled_window_of_a_group_the_same() -> None:
+    """The incident window weighs 4/9 of the others by goodput, the same as them with equal weights; the windows
+    where nothing met an objective are still left out, and the group still weighs what it did in all."""
+    legacy = _binned("dynamo-legacy", [0.0, 9.0, 1.0, 0.0, 9.0], _inputs(0.0, 4))
+    aggregated = _binned("aggregated", [0.0, 5.0, 4.0, 0.0, 5.0], _inputs(1.0, 4))
+    by_goodput = selector_targets([legacy, aggregated], RULES, 0.05, window_intervals=1)
+    equal = selector_targets([legacy, aggregated], RULES, 0.05, window_intervals=1, equal_window_weights=True)
+    np.testing.assert_array_equal(by_goodput.ratios, equal.ratios)
+    assert len(equal.inputs) == 6  # three labelled windows per rule
+    np.testing.assert_allclose(by_goodput.weights[:3] / by_goodput.weights[0], [1.0, 4 / 9, 1.0])
+    np.testing.assert_allclose(equal.weights, np.ones(6))
+
+
 def _transferring(intervals: int, known_at: list[int], value: float) -> np.ndarray:
     x = _inputs(float(value), intervals)
     for column, flag in TRANSFER_COLUMNS:
@@ -497,6 +510,7 @@ def test_a_stopped_pool_starts_none_of_its_queued_tasks(tmp_path: Path, monkeypa
         ({"switch_patience_intervals": 101}, "selector.switch_patience_intervals"),
         ({"move_dwell_s": 60.0}, "move_dwell_s needs settle_before_judging"),
         ({"own_rule_labels": True, "loss": "soft_best"}, "own_rule_labels: needs loss: ratio"),
+        ({"equal_window_weights": True}, "equal_window_weights: needs label_window_intervals"),
     ],
 )
 def test_a_bad_selector_section_is_refused_naming_the_field(
