@@ -4,26 +4,19 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from agents.harness import ALL_TENANTS, RunSpec, run_one
+from tests.agents.experiment_scripts import run_experiment_script
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "experiments/trace_selector.py"
 SCENARIO = REPO / "experiments/scenarios/mooncake-multiturn-16.yaml"
 
 
 def _trace(traces_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), str(SCENARIO), "--traces", str(traces_dir), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
+    return run_experiment_script("trace_selector.py", SCENARIO, traces_dir, *args)
 
 
 def test_a_scaled_trace_ends_on_the_goodput_and_attainment_of_the_same_scaled_evaluation(traces_dir: Path) -> None:
