@@ -414,11 +414,8 @@ def selector_targets(
         for index, x in enumerate(inputs):
             xs.append(x[keep])
             rs.append(ratios[keep])
-            mask = np.ones((int(keep.sum()), len(rules)), dtype=np.float32)
-            if own_rule_labels:
-                mask[:] = 0.0
-                mask[:, index] = 1.0
-            ms.append(mask)
+            labelled_rules = np.eye(len(rules), dtype=np.float32)[index] if own_rule_labels else 1.0
+            ms.append(np.broadcast_to(labelled_rules, (int(keep.sum()), len(rules))).astype(np.float32))
             ws.append(share)
             ws_best.append(best)
     if not xs:

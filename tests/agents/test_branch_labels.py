@@ -8,10 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.harness import slo_met_arrivals_s
-from agents.policy_specs import make_policy
-from agents.runs import episode_env, run_episode
-from env.gym_env import resolve_scenario
+from agents.selector_data import RolloutTask, rule_rollout, window_goodput
 from tests.agents.experiment_scripts import run_experiment_script
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,17 +19,12 @@ def _branch(traces_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return run_experiment_script("branch_labels.py", SCENARIO, traces_dir, *args)
 
 
-def _own_window_met(traces_dir: Path, rule: str, start_s: float, end_s: float) -> float:
-    """The priority-weighted requests of group main arriving in [start_s, end_s) that met both objectives."""
-    scenario = resolve_scenario(SCENARIO, str(traces_dir))
-    policy = make_policy(f"baseline:{rule}", scenario)
-    env = episode_env(scenario, policy, str(traces_dir))
-    sim = run_episode(env, policy, 1000).sim
-    total = 0.0
-    for index, tenant in enumerate(env.tenants):
-        arrivals = np.asarray(slo_met_arrivals_s(sim, index))
-        total += tenant.priority * float(((arrivals >= start_s) & (arrivals < end_s)).sum())
-    return total
+def _own_window_label(traces_dir: Path, rule: str, at_s: float) -> float:
+    """The recipe's windowed label (four intervals) of ``rule``'s own rollout at its decision at ``at_s``."""
+    (rollout,) = rule_rollout(RolloutTask(str(SCENARIO), rule, 1000, str(traces_dir)))
+    assert rollout.decision_s is not None
+    decision = int(np.flatnonzero(np.isclose(rollout.decision_s, at_s))[0])
+    return float(window_goodput(rollout, 4)[decision])
 
 
 def test_a_rule_branched_from_its_own_state_repeats_its_own_run_and_a_switch_costs_what_a_move_costs(
@@ -44,11 +36,11 @@ def test_a_rule_branched_from_its_own_state_repeats_its_own_run_and_a_switch_cos
     assert out.returncode == 0, out.stderr
     cells = dict(re.findall(r"(\S+)=[0-9.]+ \(([0-9]+),", out.stdout))
     assert set(cells) == {"dynamo-legacy", "aggregated", "dynamo-isl-bounding", "dynamo-isl-or-load"}
-    own = _own_window_met(traces_dir, "dynamo-legacy", 100.0, 140.0)
+    own = _own_window_label(traces_dir, "dynamo-legacy", 100.0)
     assert own > 0
     assert float(cells["dynamo-legacy"]) == own
     # aggregated from legacy's split pools must first move them; its own run never had to
-    assert float(cells["aggregated"]) < _own_window_met(traces_dir, "aggregated", 100.0, 140.0)
+    assert float(cells["aggregated"]) < _own_window_label(traces_dir, "aggregated", 100.0)
 
 
 def test_a_group_the_scenario_lacks_is_refused_in_one_line(traces_dir: Path) -> None:
