@@ -318,6 +318,18 @@ class SelectorConfig(_Strict, SelectorBehaviour):
     equal_window_weights: bool = False
     """Weigh every labelled window of a group the same (needs ``label_window_intervals``;
     :func:`agents.selector_data.selector_targets`); unset: each window in proportion to its best rule's goodput."""
+    branch_rounds: Annotated[int, Field(ge=0, le=3)] = 0
+    """DAgger rounds after the first fit (needs ``label_window_intervals``): the fitted selector runs the first
+    ``branch_scenarios`` training scenarios under their rollout conditions, each rule is followed from the states it
+    reaches every ``branch_every_intervals`` intervals (:func:`agents.selector_branch.branched_rollout`), those
+    samples are added to the data and the selector is fitted again (:func:`agents.selector_branch.with_branches`).
+    ``0``: none."""
+    branch_scenarios: Annotated[int, Field(ge=1, le=1000)] | None = None
+    """How many of the training scenarios (the first ones) the DAgger rounds branch; unset: all of them."""
+    branch_every_intervals: Annotated[int, Field(ge=1, le=1000)] = 12
+    """Control intervals between two branch points of a DAgger round."""
+    branch_group_weight: Annotated[float, Field(gt=0, le=100)] = 1.0
+    """What one branched group weighs in the fit, relative to one group of the rules' rollouts."""
 
     @model_validator(mode="after")
     def _known_rules(self) -> SelectorConfig:
@@ -331,6 +343,8 @@ class SelectorConfig(_Strict, SelectorBehaviour):
             raise ValueError("own_rule_labels: needs loss: ratio (a best-rule distribution needs every rule's label)")
         if self.equal_window_weights and self.label_window_intervals is None:
             raise ValueError("equal_window_weights: needs label_window_intervals (an episode label has one window)")
+        if self.branch_rounds and self.label_window_intervals is None:
+            raise ValueError("branch_rounds: needs label_window_intervals (a branch is labelled over a window)")
         for name, scales in (("rate_scales", self.rate_scales), ("bandwidth_scales", self.bandwidth_scales)):
             if len(set(scales)) != len(scales):
                 raise ValueError(f"{name}: a scale is listed twice")

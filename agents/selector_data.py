@@ -17,10 +17,11 @@ from __future__ import annotations
 import math
 import pickle
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -158,21 +159,37 @@ def rule_rollout(task: RolloutTask) -> list[GroupRollout]:
     return out
 
 
+class _Timed(Protocol):
+    """A task's per-group result: it carries the task's wall time."""
+
+    @property
+    def wall_s(self) -> float: ...
+
+
+TaskT = TypeVar("TaskT", bound=Hashable)
+ResultT = TypeVar("ResultT", bound=_Timed)
+
+
 def collect_rollouts(
-    tasks: Sequence[RolloutTask],
+    tasks: Sequence[TaskT],
     workers: int,
     on_done: Callable[[int, int], None] | None = None,
-    on_task: Callable[[int, list[GroupRollout]], None] | None = None,
-) -> list[list[GroupRollout]]:
-    """Run ``tasks`` over ``workers`` processes; each task's rollouts, in task order.
+    on_task: Callable[[int, list[ResultT]], None] | None = None,
+    run: Callable[[TaskT], list[ResultT]] | None = None,
+) -> list[list[ResultT]]:
+    """Run ``tasks`` by ``run`` over ``workers`` processes; each task's results, in task order.
+
+    ``run`` is a module-level function (default :func:`rule_rollout`).
 
     ``on_task(index, rollouts)`` is called as each task finishes (``index`` into ``tasks``), then
     ``on_done(done, total)``. If either raises, or a task fails, or the run is stopped, the tasks not yet started
     are cancelled and the exception propagates once the running ones end.
     """
-    results: list[list[GroupRollout]] = [[] for _ in tasks]
+    results: list[list[ResultT]] = [[] for _ in tasks]
+    if run is None:
+        run = cast(Callable[[TaskT], list[ResultT]], rule_rollout)  # looked up now: a test may replace it
 
-    def finished(index: int, rollouts: list[GroupRollout], done: int) -> None:
+    def finished(index: int, rollouts: list[ResultT], done: int) -> None:
         results[index] = rollouts
         if on_task is not None:
             on_task(index, rollouts)
@@ -181,10 +198,10 @@ def collect_rollouts(
 
     if workers <= 1:
         for i, task in enumerate(tasks):
-            finished(i, rule_rollout(task), i + 1)
+            finished(i, run(task), i + 1)
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(rule_rollout, task): i for i, task in enumerate(tasks)}
+            futures = {pool.submit(run, task): i for i, task in enumerate(tasks)}
             try:
                 for done, future in enumerate(as_completed(futures), start=1):
                     finished(futures[future], future.result(), done)
@@ -197,7 +214,7 @@ def collect_rollouts(
 _CACHE_FORMAT = 3
 
 
-def _read_cache(path: Path) -> dict[RolloutTask, tuple[list[GroupRollout], float]]:
+def _read_cache(path: Path) -> dict[Any, tuple[list[Any], float]]:
     if not path.exists():
         return {}
     try:
@@ -210,7 +227,7 @@ def _read_cache(path: Path) -> dict[RolloutTask, tuple[list[GroupRollout], float
     return {}
 
 
-def _write_cache(path: Path, entries: dict[RolloutTask, tuple[list[GroupRollout], float]]) -> None:
+def _write_cache(path: Path, entries: dict[Any, tuple[list[Any], float]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with tmp.open("wb") as fh:
@@ -220,12 +237,15 @@ def _write_cache(path: Path, entries: dict[RolloutTask, tuple[list[GroupRollout]
 
 def cached_rollouts(
     path: Path,
-    tasks: Sequence[RolloutTask],
+    tasks: Sequence[TaskT],
     workers: int,
     on_done: Callable[[int, int], None] | None = None,
     checkpoint_s: float = 300.0,
-) -> tuple[list[GroupRollout], float]:
-    """The rollouts of ``tasks``, in task order, and the seconds they took to simulate, cached per task at ``path``.
+    run: Callable[[TaskT], list[ResultT]] | None = None,
+) -> tuple[list[ResultT], float]:
+    """The results of ``tasks`` run by ``run``, in task order, and the seconds they took, cached per task at ``path``.
+
+    ``run`` is a module-level function (default :func:`rule_rollout`).
 
     Tasks the cache holds are read; the others are run (:func:`collect_rollouts`; ``on_done`` counts only them)
     and added, so a run that adds a rate scale or scenarios simulates only what is new. The cache is rewritten with
@@ -239,7 +259,7 @@ def cached_rollouts(
     entries = _read_cache(path)
     missing = [task for task in dict.fromkeys(tasks) if task not in entries]
     if missing:
-        pending: list[tuple[RolloutTask, list[GroupRollout]]] = []
+        pending: list[tuple[TaskT, list[ResultT]]] = []
         mark = time.perf_counter()
 
         def checkpoint() -> None:
@@ -254,12 +274,12 @@ def cached_rollouts(
             mark = now
             _write_cache(path, entries)
 
-        def keep(index: int, rollouts: list[GroupRollout]) -> None:
+        def keep(index: int, rollouts: list[ResultT]) -> None:
             pending.append((missing[index], rollouts))
             if time.perf_counter() - mark >= checkpoint_s:
                 checkpoint()
 
-        collect_rollouts(missing, workers, on_done, keep)
+        collect_rollouts(missing, workers, on_done, keep, run)
         if pending:
             checkpoint()
     rollouts = [r for task in tasks for r in entries[task][0]]

@@ -11,6 +11,8 @@
    ``selector.label_window_intervals`` from each interval (:func:`agents.selector_data.selector_targets`): a
    hindsight label, used for training only.
 3. **Fit** — the selector network (:func:`agents.selector_fit.fit_selector`), seeded by the experiment's ``seed``.
+   With ``selector.branch_rounds`` it is then run on training scenarios, each rule is followed from the states it
+   reaches (DAgger, :mod:`agents.selector_branch`), and it is fitted again on those samples too.
 4. **Export** — ``policy/`` (:class:`policies.rule_selector.SelectorManifest` + safetensors), logged to MLflow.
 5. **Evaluate** — on the family's validation scenarios and ``eval_seeds``, beside the experiment's baselines, through
    the evaluation loop every policy is judged by (:func:`agents.evaluate.evaluate_policies`).
@@ -32,6 +34,14 @@ import torch
 from agents.config import ExperimentConfig
 from agents.evaluate import evaluate_policies
 from agents.registry import log_evidence, register_policy, training_evidence, training_run
+from agents.selector_branch import (
+    BRANCH_CACHE_NAME,
+    BranchedGroup,
+    BranchTask,
+    branched_rollout,
+    policy_digest,
+    with_branches,
+)
 from agents.selector_data import ROLLOUT_CACHE_NAME, RolloutTask, cached_rollouts
 from agents.selector_fit import export_selector, fit_recipe, label_recipe
 from agents.set_training import family_split_paths, held_out_paths, scenario_source
@@ -122,17 +132,6 @@ def train_selector(
         # 2. label, 3. fit
         data = label_recipe(rollouts, selector)
         fit = fit_recipe(data, selector, config.seed)
-        wall_s = rollout_s + time.perf_counter() - fit_start  # a run from scratch, also when the rollouts were cached
-        for epoch, loss in enumerate(fit.losses):
-            mlflow.log_metric("selector/loss", loss, step=epoch)
-        mlflow.log_metrics({"selector/agreement_frac": fit.agreement_frac, "selector/labelled_groups": data.groups,
-                            "time/rollout_s": rollout_s, "time/train_wall_s": wall_s,
-                            "time/env_steps_per_s": intervals / max(rollout_s, 1e-9)})  # fmt: skip
-        summary = {"labelled_groups": data.groups, "best_counts": data.best_counts, "losses": fit.losses,
-                   "agreement_frac": fit.agreement_frac, "rollout_s": rollout_s, "intervals": intervals}  # fmt: skip
-        (out / "selector-fit.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-        mlflow.log_dict(summary, "selector-fit.json")
-        # 4. export
         source = scenario_source(config)
         manifest = SelectorManifest(
             schema_version=SCHEMA_VERSION,
@@ -146,6 +145,58 @@ def train_selector(
             git_commit=git_commit(),
             trained_on=[source.describe()] if isinstance(source, FamilyDraw) else [],
         )
+        # 3b. DAgger: branch each rule from the states the fitted selector reaches, add those samples, fit again
+        branch_s = 0.0
+        branches: list[BranchedGroup] = []
+        window = selector.label_window_intervals
+        for round_index in range(1, selector.branch_rounds + 1):
+            assert window is not None  # the config refuses branch_rounds without a label window
+            learner = export_selector(out / f"policy-round{round_index}", fit.tensors, manifest).resolve()
+            branch_tasks = [
+                BranchTask(
+                    str(p),
+                    f"learned:{learner}",
+                    policy_digest(learner),
+                    tuple(selector.rules),
+                    seed,
+                    selector.branch_every_intervals,
+                    window,
+                    rate_scale=rate_scale,
+                    bandwidth_scale=bandwidth_scale,
+                )
+                for index, p in enumerate(paths[: selector.branch_scenarios])
+                for rate_scale, bandwidth_scale in selector.rollout_conditions(index)
+                for seed in selector.seeds
+            ]
+            found, took_s = cached_rollouts(
+                out / BRANCH_CACHE_NAME, branch_tasks, selector.workers or os.cpu_count() or 1, report,
+                run=branched_rollout,
+            )  # fmt: skip
+            branch_s += took_s
+            intervals += sum(
+                {(b.scenario, b.seed, b.rate_scale, b.bandwidth_scale): b.intervals for b in found}.values()
+            )
+            branches.extend(found)
+            fit = fit_recipe(
+                with_branches(data, branches, selector.temperature_frac, selector.branch_group_weight),
+                selector, config.seed,
+            )  # fmt: skip
+            mlflow.log_metric(
+                "selector/branched_groups", sum(1 for b in branches if len(b.met_weighted)), step=round_index
+            )
+        # a run from scratch, also when the rollouts were cached
+        wall_s = rollout_s + branch_s + time.perf_counter() - fit_start
+        for epoch, loss in enumerate(fit.losses):
+            mlflow.log_metric("selector/loss", loss, step=epoch)
+        mlflow.log_metrics({"selector/agreement_frac": fit.agreement_frac, "selector/labelled_groups": data.groups,
+                            "time/rollout_s": rollout_s, "time/branch_s": branch_s, "time/train_wall_s": wall_s,
+                            "time/env_steps_per_s": intervals / max(rollout_s + branch_s, 1e-9)})  # fmt: skip
+        summary = {"labelled_groups": data.groups, "best_counts": data.best_counts, "losses": fit.losses,
+                   "agreement_frac": fit.agreement_frac, "rollout_s": rollout_s, "branch_s": branch_s,
+                   "intervals": intervals}  # fmt: skip
+        (out / "selector-fit.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        mlflow.log_dict(summary, "selector-fit.json")
+        # 4. export
         artifact = export_selector(out / "policy", fit.tensors, manifest)
         mlflow.log_artifacts(str(artifact), artifact_path="policy")
         # 5. evaluate on held-out scenarios and seeds

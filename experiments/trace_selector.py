@@ -15,26 +15,14 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from agents.harness import slo_met, weighted_goodput_rps
 from agents.policy_specs import make_policy
 from agents.runs import episode_env, run_episode, scale_rates
+from agents.selector_branch import find_selector
 from env.gym_env import ControlStep, PDClusterEnv, resolve_scenario
-from policies.base import Policy
-from policies.rule_selector import RuleSelector
-
-
-def _selector(policy: Policy) -> RuleSelector:
-    """The rule selector inside ``policy`` (through labels and wrappers)."""
-    seen: Any = policy
-    for _ in range(8):
-        if isinstance(seen, RuleSelector):
-            return seen
-        seen = getattr(seen, "inner", None) or getattr(seen, "primary", None)
-    raise SystemExit(f"policy {policy.policy_id}: no rule selector inside it")
 
 
 def main() -> None:
@@ -50,7 +38,10 @@ def main() -> None:
         raise SystemExit(f"--rate-scale: {args.rate_scale} is not a positive multiplier")
     scenario = scale_rates(resolve_scenario(args.scenario, args.traces), args.rate_scale)
     policy = make_policy(args.policy, scenario, None, ())
-    selector = _selector(policy)
+    try:
+        selector = find_selector(policy)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     scores = selector.network.scores
     last: dict[str, np.ndarray] = {}
 

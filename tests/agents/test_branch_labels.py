@@ -34,7 +34,7 @@ def test_a_rule_branched_from_its_own_state_repeats_its_own_run_and_a_switch_cos
         traces_dir, "--group", "main", "--at-s", "100", "--policy", "baseline:dynamo-legacy", "--seed", "1000"
     )
     assert out.returncode == 0, out.stderr
-    cells = dict(re.findall(r"(\S+)=[0-9.]+ \(([0-9]+),", out.stdout))
+    cells = dict(re.findall(r"(\S+)=[0-9.]+ \(([0-9]+)\)", out.stdout))
     assert set(cells) == {"dynamo-legacy", "aggregated", "dynamo-isl-bounding", "dynamo-isl-or-load"}
     own = _own_window_label(traces_dir, "dynamo-legacy", 100.0)
     assert own > 0

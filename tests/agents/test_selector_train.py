@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from agents.config import ExperimentError, SelectorConfig, load_experiment
 from agents.harness import slo_met
@@ -36,9 +35,9 @@ from policies.rule_selector import (
     SelectorManifest,
     SelectorNetwork,
 )
+from tests.agents.selector_recipes import experiment as _experiment
+from tests.agents.selector_recipes import small_family as _small_family
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_FAMILY = ROOT / "experiments" / "families" / "default.yaml"
 RULES = ["dynamo-legacy", "aggregated"]
 
 
@@ -308,34 +307,6 @@ def test_an_ensemble_fit_is_its_members_fits_and_scores_by_their_mean_predicted_
 # ------------------------------------------------------------------------------------------- rollouts
 
 
-def _small_family(tmp_path: Path) -> Path:
-    """The default family cut to one or two 4-GPU groups of one or two tenants and 2-minute episodes."""
-    data = yaml.safe_load(DEFAULT_FAMILY.read_text())
-    data["name"] = "small"
-    data["groups"] = {"count": {"min": 2, "max": 2}, "gpu_budget": {4: 1}}
-    data["tenants"]["count"] = {"min": 2, "max": 2}
-    data["episode"]["duration_s"] = {"min": 120, "max": 120}
-    data["cluster"]["profiles"] = {"h200-llama3-8b": 1}
-    path = tmp_path / "small.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def _experiment(tmp_path: Path, family: Path, **selector: object) -> Path:
-    data = {
-        "name": "selector-smoke",
-        "algorithm": "rule_selector",
-        "family": {"path": str(family), "validation_scenarios": 1},
-        "eval_seeds": [1000],
-        "layout": {"kind": "set"},
-        "normalize_observations": False,
-        "selector": {"family_scenarios": 2, "epochs": 3, "hidden_width": 8, "workers": 1, **selector},
-    }
-    path = tmp_path / "exp.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 @pytest.mark.train
 def test_pdctl_train_runs_the_selector_recipe_end_to_end(tmp_path: Path) -> None:
     config = load_experiment(_experiment(tmp_path, _small_family(tmp_path)))
@@ -511,6 +482,9 @@ def test_a_stopped_pool_starts_none_of_its_queued_tasks(tmp_path: Path, monkeypa
         ({"move_dwell_s": 60.0}, "move_dwell_s needs settle_before_judging"),
         ({"own_rule_labels": True, "loss": "soft_best"}, "own_rule_labels: needs loss: ratio"),
         ({"equal_window_weights": True}, "equal_window_weights: needs label_window_intervals"),
+        ({"branch_rounds": 1}, "branch_rounds: needs label_window_intervals"),
+        ({"branch_rounds": 4, "label_window_intervals": 2}, "selector.branch_rounds"),
+        ({"branch_group_weight": 0.0, "label_window_intervals": 2}, "selector.branch_group_weight"),
     ],
 )
 def test_a_bad_selector_section_is_refused_naming_the_field(
