@@ -327,7 +327,7 @@ class SelectorConfig(_Strict, SelectorBehaviour):
     branch_scenarios: Annotated[int, Field(ge=1, le=1000)] | None = None
     """How many of the training scenarios (the first ones) the DAgger rounds branch; unset: all of them."""
     branch_every_intervals: Annotated[int, Field(ge=1, le=1000)] = 12
-    """Control intervals between two branch points of a DAgger round."""
+    """Control intervals between two branch points of a DAgger round (the first at half of it)."""
     branch_group_weight: Annotated[float, Field(gt=0, le=100)] = 1.0
     """What one branched group weighs in the fit, relative to one group of the rules' rollouts."""
 

@@ -6,13 +6,14 @@ that switches rules leaves those states: switched to from another rule's pools, 
 no own-rollout label counts that move (``README-learned.md``, twenty-third session: on ``chatbot-8`` aggregated's
 own rollout met 570 requests of a window, switched to from legacy's pools it met 266).
 
-:func:`branched_rollout` runs a selector policy on a scenario and, every ``every_intervals`` control intervals,
+:func:`branched_rollout` runs a selector policy on a scenario and, once every ``every_intervals`` control intervals,
 snapshots the simulator (a pickle round trip of the env, as the lookahead expert does) and follows each rule from
 that state in its own copy until every request of each group arriving in the next ``window_intervals`` intervals
-has ended (:func:`branch`). Each group's label at that point is each rule's priority-weighted count of those
-requests that met both objectives, measured from the same state on the same arrivals, and its input is exactly
-what the selector's network read at that decision (:class:`BranchedGroup`). :func:`with_branches` adds these
-samples to a recipe's dataset. A hindsight label, for training only; the selector decides from the window it sees.
+has ended or can no longer meet its objectives (:func:`branch`). Each group's label at that point is each rule's
+priority-weighted count of those requests that met both objectives, measured from the same state on the same
+arrivals, and its input is exactly what the selector's network read at that decision (:class:`BranchedGroup`).
+:func:`with_branches` adds these samples to a recipe's dataset. A hindsight label, for training only; the selector
+decides from the window it sees.
 """
 
 from __future__ import annotations
@@ -41,16 +42,22 @@ from policies.rule_selector import RuleSelector
 
 __all__ = [
     "BRANCH_CACHE_NAME",
+    "SETTLE_MARGIN_INTERVALS",
     "BranchTask",
     "BranchedGroup",
     "branch",
     "branched_rollout",
     "find_selector",
+    "latest_finish_s",
     "policy_digest",
     "window_met",
     "window_settled",
     "with_branches",
 ]
+
+SETTLE_MARGIN_INTERVALS = 4.0
+"""How long past the latest end that meets both objectives a branch copy waits for a request of its window
+(:func:`window_settled`), in control intervals."""
 
 BRANCH_CACHE_NAME = "branches.pkl"
 """The branched rollouts of a recipe's DAgger rounds, kept per task in its output folder (as ``rollouts.pkl``)."""
@@ -113,44 +120,73 @@ def window_met(sim: ClusterSimulator, env: PDClusterEnv, group: str, start_s: fl
     return total
 
 
-def window_settled(env: PDClusterEnv, group: str | None, start_s: float, end_s: float) -> bool:
-    """Whether the window has ended and no request of ``group`` (``None``: of any group) arriving in it is in flight.
+def window_settled(
+    env: PDClusterEnv, group: str | None, start_s: float, end_s: float, margin_s: float = math.inf
+) -> bool:
+    """Whether the window's count is final: the window has ended and each of its requests has ended or missed.
 
-    Only then is the window's count final: the simulator stamps a request's first token when it is emitted in full,
-    so a request in flight cannot be judged before it ends.
+    A request of the window is one of ``group`` (``None``: of any group) arriving in ``[start_s, end_s)``. One
+    still in flight has missed once it has been in flight longer than meeting both objectives allows
+    (:func:`latest_finish_s`) plus ``margin_s``: the simulator stamps a request's first token and its end when the
+    decode run that emitted them is committed, which may be later than they happened (by at most 1.5 s measured on
+    ``chatbot-8``); the margin covers that. ``inf`` (the default) waits for every request to end.
     """
     sim = env.sim
-    if sim.now_s < end_s - 1e-9:
+    now_s = sim.now_s
+    if now_s < end_s - 1e-9:
         return False
     for index, tenant in enumerate(env.tenants):
         if group is not None and tenant.group != group:
             continue
+        ttft_s, tpot_s = sim.slo_ttft_s[index], sim.slo_tpot_s[index]
         for request in reversed(sim.arrived[index]):  # arrival order: walk back from the newest
             if request.arrival_s < start_s:
                 break
-            if request.arrival_s < end_s and request.status == SimRequest.IN_FLIGHT:
+            if (
+                request.arrival_s < end_s
+                and request.status == SimRequest.IN_FLIGHT
+                and now_s <= latest_finish_s(request.arrival_s, request.output_tokens, ttft_s, tpot_s) + margin_s
+            ):
                 return False
     return True
 
 
+def latest_finish_s(arrival_s: float, output_tokens: int, ttft_s: float | None, tpot_s: float | None) -> float:
+    """The latest a request can end and still meet both objectives (``inf`` when an objective is unset).
+
+    Its first token by ``arrival_s + ttft_s``, then each further token ``tpot_s`` apart on average.
+    """
+    if ttft_s is None or tpot_s is None:
+        return math.inf
+    return arrival_s + ttft_s + tpot_s * max(output_tokens - 1, 0)
+
+
 def branch(
-    env: PDClusterEnv, rules: Sequence[str], window_intervals: int, group: str | None = None
+    env: PDClusterEnv,
+    rules: Sequence[str],
+    window_intervals: int,
+    group: str | None = None,
+    margin_intervals: float = SETTLE_MARGIN_INTERVALS,
 ) -> tuple[np.ndarray, float, int]:
     """Follow each rule from ``env``'s state in its own copy until the window has settled.
+
+    :func:`window_settled` decides, with a margin of ``margin_intervals`` control intervals.
 
     Returns ``[rules, groups]`` window counts (:func:`window_met`, groups in ``env.groups`` order), the wall
     seconds and the control intervals the copies simulated. With ``group`` set, each copy runs only until that
     group's window has settled (the other groups' counts may then be partial). ``env`` itself is not advanced.
     """
     start_s = env.sim.now_s
-    end_s = start_s + window_intervals * env.scenario.control_interval_s
+    interval_s = env.scenario.control_interval_s
+    end_s = start_s + window_intervals * interval_s
+    margin_s = margin_intervals * interval_s
     snapshot = pickle.dumps((env, [make_policy(f"baseline:{r}", env.scenario) for r in rules]))
     began = time.perf_counter()
     met = np.zeros((len(rules), len(env.groups)))
     intervals = 0
     for i in range(len(rules)):
         copy_env, copies = pickle.loads(snapshot)  # our own bytes, made just above (never a file)
-        while running(copy_env) and not window_settled(copy_env, group, start_s, end_s):
+        while running(copy_env) and not window_settled(copy_env, group, start_s, end_s, margin_s):
             control_interval(copy_env, copies[i])
             intervals += 1
         sim = copy_env.sim if running(copy_env) else copy_env.drain()
@@ -176,8 +212,9 @@ def find_selector(policy: Policy) -> RuleSelector:
 def branched_rollout(task: BranchTask) -> list[BranchedGroup]:
     """Run ``task`` and return one :class:`BranchedGroup` per tenant group (module docstring).
 
-    The first decision (no traffic seen yet) is never a branch point; a point whose window would run past the
-    episode's end is not either.
+    The points are the middle decision of each block of ``every_intervals`` (decisions ``every // 2``,
+    ``every // 2 + every``, …), so a short episode and a group's first minutes are branched too. The first
+    decision (no traffic seen yet) is never a point; one whose window would run past the episode's end is not either.
     """
     began = time.perf_counter()
     scenario = scale_bandwidth(
@@ -206,8 +243,8 @@ def branched_rollout(task: BranchTask) -> list[BranchedGroup]:
     while running(env):
         now_s = env.sim.now_s
         point = (
-            decision > 0
-            and decision % task.every_intervals == 0
+            decision % task.every_intervals == task.every_intervals // 2
+            and decision > 0
             and now_s + task.window_intervals * interval_s <= scenario.duration_s + 1e-9
         )
         if point:

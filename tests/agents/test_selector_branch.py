@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -10,8 +11,16 @@ import pytest
 
 from agents.config import load_experiment
 from agents.policy_specs import make_policy
-from agents.runs import episode_env, run_episode
-from agents.selector_branch import BranchedGroup, BranchTask, branched_rollout, find_selector, with_branches
+from agents.runs import control_interval, episode_env, run_episode, scale_rates
+from agents.selector_branch import (
+    BranchedGroup,
+    BranchTask,
+    branch,
+    branched_rollout,
+    find_selector,
+    latest_finish_s,
+    with_branches,
+)
 from agents.selector_data import GroupRollout, selector_targets
 from agents.train import train
 from env.gym_env import resolve_scenario
@@ -65,18 +74,18 @@ def test_branch_points_keep_the_selectors_own_run_and_label_every_rule_from_its_
     scenario = resolve_scenario(path)
     interval_s = scenario.control_interval_s
     read, decisions, first_s = _inputs_read(path, 0)  # the same run without branches
-    # every second decision but the first, if its one-interval window ends by the episode's end and the network
-    # reads it (the guard asks the policy)
-    points = [k for k in range(2, decisions, 2) if first_s + (k + 1) * interval_s <= scenario.duration_s + 1e-9]
+    # the middle decision of every block of two (decisions 1, 3, 5, ...), if its one-interval window ends by the
+    # episode's end and the network reads it (the guard asks the policy)
+    points = [k for k in range(1, decisions, 2) if first_s + (k + 1) * interval_s <= scenario.duration_s + 1e-9]
     points = [k for k in points if k in read]
     assert len(points) >= 2
     for gi, group in enumerate(groups):
         np.testing.assert_allclose(group.decision_s, [first_s + k * interval_s for k in points])
         assert group.met_weighted.shape == (len(points), len(RULES))
         assert (group.met_weighted >= 0).all()
-        assert group.met_weighted.max() > 0  # a light 2-minute scenario: some rule meets some request
         # the branches left the selector's own run untouched: it read the same states as without them
         np.testing.assert_array_equal(group.inputs, np.stack([read[k][gi] for k in points]))
+    assert max(g.met_weighted.max() for g in groups) > 0  # some rule meets some request of some window
     # the copies ran at least the window of each rule at each point, besides the selector's own run
     assert groups[0].intervals >= decisions + len(points) * len(RULES)
 
@@ -151,3 +160,26 @@ def test_a_dagger_round_branches_the_first_fit_and_fits_again_on_those_samples(t
     assert fit["branch_s"] > 0
     assert result.wall_s >= fit["rollout_s"] + fit["branch_s"]
     assert (run / "branches.pkl").exists()
+
+
+def test_the_latest_end_that_meets_both_objectives_is_the_ttft_bound_then_one_tpot_per_further_token() -> None:
+    assert latest_finish_s(10.0, 101, 2.0, 0.05) == pytest.approx(10.0 + 2.0 + 100 * 0.05)
+    assert latest_finish_s(10.0, 1, 2.0, 0.05) == pytest.approx(12.0)
+    assert latest_finish_s(10.0, 101, None, 0.05) == math.inf
+
+
+def test_a_branch_that_stops_once_the_windows_requests_have_missed_counts_what_a_full_one_does(
+    traces_dir: Path,
+) -> None:
+    chatbot = resolve_scenario(ROOT / "experiments" / "scenarios" / "chatbot-8.yaml", traces_dir)
+    scenario = scale_rates(chatbot, 2.2)  # overloaded: requests of the window miss while still in flight
+    legacy = make_policy("baseline:dynamo-legacy", scenario)
+    env = episode_env(scenario, legacy, traces_dir)
+    env.reset(seed=1000)
+    while env.sim.now_s < 60.0 - 1e-9:
+        control_interval(env, legacy)
+    capped, _, capped_intervals = branch(env, RULES, 2)
+    full, _, full_intervals = branch(env, RULES, 2, margin_intervals=math.inf)
+    np.testing.assert_array_equal(capped, full)
+    assert capped.max() > 0
+    assert capped_intervals < full_intervals  # the copies stopped before the window's last request ended
