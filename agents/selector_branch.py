@@ -31,9 +31,9 @@ import numpy as np
 
 from agents.harness import slo_met_arrivals_s
 from agents.policy_specs import make_policy
-from agents.runs import EnvBound, control_interval, episode_env, running, scale_bandwidth, scale_rates
-from agents.selector_data import SelectorDataset
-from env.gym_env import PDClusterEnv, resolve_scenario
+from agents.runs import EnvBound, control_interval, episode_env, running
+from agents.selector_data import SelectorDataset, task_scenario
+from env.gym_env import PDClusterEnv
 from env.sim.records import SimRequest
 from env.sim.simulator import ClusterSimulator
 from policies.base import Policy
@@ -217,9 +217,7 @@ def branched_rollout(task: BranchTask) -> list[BranchedGroup]:
     decision (no traffic seen yet) is never a point; one whose window would run past the episode's end is not either.
     """
     began = time.perf_counter()
-    scenario = scale_bandwidth(
-        scale_rates(resolve_scenario(Path(task.scenario_path), task.traces_dir), task.rate_scale), task.bandwidth_scale
-    )
+    scenario = task_scenario(task.scenario_path, task.traces_dir, task.rate_scale, task.bandwidth_scale)
     policy = make_policy(task.policy_spec, scenario, None, ())
     selector = find_selector(policy)
     scores = selector.network.scores

@@ -29,6 +29,7 @@ from agents.harness import slo_met_arrivals_s
 from agents.policy_specs import make_policy
 from agents.runs import episode_env, run_episode, scale_bandwidth, scale_rates
 from env.gym_env import PDClusterEnv, resolve_scenario
+from env.scenario import Scenario
 from policies.base import Policy, PolicyContext
 from policies.features import Observation
 from policies.rule_selector import GROUP_INPUT_WIDTH, TRANSFER_COLUMNS, group_features
@@ -45,6 +46,7 @@ __all__ = [
     "rule_rollout",
     "selector_targets",
     "shared_transfer_inputs",
+    "task_scenario",
     "window_goodput",
 ]
 
@@ -119,12 +121,16 @@ class _Recorder:
         return self.inner.decide(observation, context)
 
 
+def task_scenario(scenario_path: str, traces_dir: str | None, rate_scale: float, bandwidth_scale: float) -> Scenario:
+    """A rollout task's scenario: the file, its request rates and KV-link rate scaled as the task says."""
+    scenario = scale_rates(resolve_scenario(Path(scenario_path), traces_dir), rate_scale)
+    return scale_bandwidth(scenario, bandwidth_scale)
+
+
 def rule_rollout(task: RolloutTask) -> list[GroupRollout]:
     """Run ``task`` and return one :class:`GroupRollout` per tenant group (module docstring)."""
     start = time.perf_counter()
-    scenario = scale_bandwidth(
-        scale_rates(resolve_scenario(Path(task.scenario_path), task.traces_dir), task.rate_scale), task.bandwidth_scale
-    )
+    scenario = task_scenario(task.scenario_path, task.traces_dir, task.rate_scale, task.bandwidth_scale)
     recorder = _Recorder(make_policy(f"baseline:{task.rule}", scenario))
     env = episode_env(scenario, recorder.inner, task.traces_dir)
     sim = run_episode(env, recorder, task.seed).sim

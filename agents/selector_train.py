@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import mlflow
@@ -117,12 +118,15 @@ def train_selector(
             for rule in selector.rules
         ]
 
-        def report(done: int, total: int) -> None:
-            if progress and (done % 20 == 0 or done == total):
-                print(f"rollouts: {done}/{total} ({time.perf_counter() - start:.0f} s)", flush=True)
+        def reporter(what: str) -> Callable[[int, int], None]:
+            def report(done: int, total: int) -> None:
+                if progress and (done % 20 == 0 or done == total):
+                    print(f"{what}: {done}/{total} ({time.perf_counter() - start:.0f} s)", flush=True)
+
+            return report
 
         rollouts, rollout_s = cached_rollouts(
-            out / ROLLOUT_CACHE_NAME, tasks, selector.workers or os.cpu_count() or 1, report
+            out / ROLLOUT_CACHE_NAME, tasks, selector.workers or os.cpu_count() or 1, reporter("rollouts")
         )
         fit_start = time.perf_counter()
         per_run = {
@@ -169,9 +173,12 @@ def train_selector(
                 for seed in selector.seeds
             ]
             found, took_s = cached_rollouts(
-                out / BRANCH_CACHE_NAME, branch_tasks, selector.workers or os.cpu_count() or 1, report,
+                out / BRANCH_CACHE_NAME,
+                branch_tasks,
+                selector.workers or os.cpu_count() or 1,
+                reporter(f"branches, round {round_index}"),
                 run=branched_rollout,
-            )  # fmt: skip
+            )
             branch_s += took_s
             intervals += sum(
                 {(b.scenario, b.seed, b.rate_scale, b.bandwidth_scale): b.intervals for b in found}.values()
