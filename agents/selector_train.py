@@ -125,9 +125,8 @@ def train_selector(
 
             return report
 
-        rollouts, rollout_s = cached_rollouts(
-            out / ROLLOUT_CACHE_NAME, tasks, selector.workers or os.cpu_count() or 1, reporter("rollouts")
-        )
+        workers = selector.workers or os.cpu_count() or 1
+        rollouts, rollout_s = cached_rollouts(out / ROLLOUT_CACHE_NAME, tasks, workers, reporter("rollouts"))
         fit_start = time.perf_counter()
         per_run = {
             (r.scenario, r.seed, r.rate_scale, r.bandwidth_scale, r.rule): len(r.inputs) for r in rollouts
@@ -177,7 +176,7 @@ def train_selector(
             found, took_s = cached_rollouts(
                 out / BRANCH_CACHE_NAME,
                 branch_tasks,
-                selector.workers or os.cpu_count() or 1,
+                workers,
                 reporter(f"branches, round {round_index}"),
                 run=branched_rollout,
             )
