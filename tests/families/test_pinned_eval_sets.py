@@ -22,6 +22,7 @@ FAMILY = ROOT / "experiments" / "families" / "default.yaml"
 PINS = {  # pin name: (split, pin file)
     "validation-36": ("validation", ROOT / "experiments" / "families" / "default-validation-36.sha256"),
     "validation-72": ("validation", ROOT / "experiments" / "families" / "default-validation-72.sha256"),
+    "validation-144": ("validation", ROOT / "experiments" / "families" / "default-validation-144.sha256"),
     "test-40": ("test", ROOT / "experiments" / "families" / "default-test-40.sha256"),
     "test-80": ("test", ROOT / "experiments" / "families" / "default-test-80.sha256"),
     "test-120": ("test", ROOT / "experiments" / "families" / "default-test-120.sha256"),
@@ -68,6 +69,7 @@ def test_the_default_familys_evaluation_sets_regenerate_byte_for_byte(pin: str) 
     ("small_pin", "large_pin"),
     [
         ("validation-36", "validation-72"),
+        ("validation-72", "validation-144"),
         ("test-40", "test-80"),
         ("test-80", "test-120"),
         ("test-120", "test-160"),
