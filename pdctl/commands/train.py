@@ -53,14 +53,19 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
             _run_sweep(config, experiment, out, tracking_uri, ray_address, max_parallel, no_baselines, quiet)
             return
         from agents.train import train
+        from env.families import FamilyError
 
-        result = train(
-            config,
-            out or Path("runs") / config.name,
-            tracking_uri=tracking_uri,
-            progress=not quiet,
-            evaluate_baselines=not no_baselines,
-        )
+        try:
+            result = train(
+                config,
+                out or Path("runs") / config.name,
+                tracking_uri=tracking_uri,
+                progress=not quiet,
+                evaluate_baselines=not no_baselines,
+            )
+        except FamilyError as exc:  # the recipe's family file, read when training starts
+            typer.echo(f"pdctl train: {experiment}: family.path: {exc}", err=True)
+            raise typer.Exit(code=2) from None
         typer.echo(f"artifact: {result.artifact}")
         typer.echo(f"mlflow run: {result.run_id}")
         typer.echo(f"wall: {result.wall_s:.1f} s for {result.timesteps} steps ({result.env_steps_per_s:.1f} steps/s)")
