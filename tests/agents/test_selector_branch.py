@@ -25,11 +25,12 @@ from agents.selector_data import GroupRollout, selector_targets
 from agents.train import train
 from env.gym_env import resolve_scenario
 from policies.artifacts import load_learned
+from policies.registry import DEFAULT_LEARNED_ARTIFACT
 from policies.rule_selector import GROUP_INPUT_WIDTH, RuleSelector
 from tests.agents.selector_recipes import experiment, small_family
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "experiments" / "results" / "learned" / "selector-dwell-fallback-policy"
+SHIPPED = DEFAULT_LEARNED_ARTIFACT
 RULES = ("dynamo-legacy", "aggregated", "dynamo-isl-bounding", "dynamo-isl-or-load")
 
 
