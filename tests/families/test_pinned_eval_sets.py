@@ -30,6 +30,7 @@ PINS = {  # pin name: (split, pin file)
     "test-200": ("test", ROOT / "experiments" / "families" / "default-test-200.sha256"),
     "test-240": ("test", ROOT / "experiments" / "families" / "default-test-240.sha256"),
     "test-280": ("test", ROOT / "experiments" / "families" / "default-test-280.sha256"),
+    "test-320": ("test", ROOT / "experiments" / "families" / "default-test-320.sha256"),
 }
 
 
@@ -74,6 +75,9 @@ def test_the_default_familys_evaluation_sets_regenerate_byte_for_byte(pin: str) 
         ("test-80", "test-120"),
         ("test-120", "test-160"),
         ("test-160", "test-200"),
+        ("test-200", "test-240"),
+        ("test-240", "test-280"),
+        ("test-280", "test-320"),
     ],
 )
 def test_a_larger_set_extends_the_smaller_one(small_pin: str, large_pin: str) -> None:
