@@ -58,6 +58,8 @@ def _check(table: dict[str, Any]) -> list[str]:
             "x_single": round(fig.vs_single_geomean, 3),
             "share": f"{fig.at_least_best}/{len(got.scenarios)}",
             "floor": round(fig.floor, 3),
+            "below": fig.below_floor_line,
+            "below_starved": fig.below_starved,
         }
         if "paired" in want:
             pr = got.paired[_spec(name)]
@@ -82,6 +84,24 @@ def test_a_quoted_figure_that_disagrees_with_the_csvs_is_caught() -> None:
         f"{name} x_single: quoted 9.999, the CSVs give {right['x_single']}",
         f"{name} share: quoted 1/72, the CSVs give {right['share']}",
     ]
+
+
+def test_the_scenarios_below_the_floor_line_are_counted_with_those_whose_best_rule_is_starved(tmp_path: Path) -> None:
+    rows = {  # scenario: (learned goodput, rule goodput, offered weighted load; "" where a file carries none)
+        "s1": (0.5, 1.0, "4.0"),  # below 0.9x, the rule serves a quarter of the offered load: starved
+        "s2": (0.5, 1.0, "1.5"),  # below 0.9x, the rule serves two thirds: not starved
+        "s3": (0.95, 1.0, "4.0"),  # above the line
+        "s4": (0.1, 1.0, ""),  # below, no offered load known: not counted as starved
+    }
+    path = tmp_path / "results.csv"
+    lines = ["policy,scenario,tenant,weighted_goodput_rps_mean,gpu_seconds_mean,offered_weighted_rps_mean"]
+    for scenario, (learned, rule, offered) in rows.items():
+        lines.append(f"learned:x,{scenario},ALL,{learned},3600,{offered}")
+        lines.append(f"baseline:a,{scenario},ALL,{rule},3600,{offered}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    figures = summarize.summarize([str(path)], ["learned:x"]).figures
+    assert (figures["learned:x"].below_floor_line, figures["learned:x"].below_starved) == (3, 1)
+    assert (figures["baseline:a"].below_floor_line, figures["baseline:a"].below_starved) == (0, 0)
 
 
 capacity = _load("families_capacity_table", "capacity_table.py")

@@ -6,7 +6,9 @@ Usage: python experiments/results/families/summarize.py RESULTS.csv [RESULTS.csv
 Reads the per-scenario ALL rows (mean over seeds) of every given results.csv, takes every `baseline:` / `file:`
 policy as a rule, and prints, per policy named with --policy: its priority-weighted goodput against the
 per-scenario best rule (floor = the lowest ratio, share of scenarios at >= 1.0x) and against the single rule that
-is best over the whole set (geometric mean of ratios to the per-scenario best), and GPU-hours side by side.
+is best over the whole set (geometric mean of ratios to the per-scenario best), and GPU-hours side by side; then the
+count of scenarios below issue 18's floor line (0.9x the per-scenario best rule), and how many of those are
+scenarios whose best rule itself serves less than half the offered weighted load.
 
 With ``--versus SPEC``, every other --policy is also compared with SPEC scenario by scenario: the geometric-mean
 goodput ratio with a 95 % bootstrap interval over scenarios (:func:`agents.paired.paired_ratio`, seed 0). A
@@ -23,9 +25,16 @@ from dataclasses import dataclass, field
 
 from agents.paired import PairedRatio, paired_ratio
 
+FLOOR_LINE = 0.9
+"""Issue 18's floor: no scenario below this times its best rule."""
+
+STARVED_FRAC = 0.5
+"""A scenario whose best rule serves less than this fraction of its offered weighted load is in overload for every
+rule: its ratios are quotients of small goodputs."""
+
 
 def _rows(paths: list[str], pool_seeds: bool = False) -> dict[str, dict[str, dict[str, float]]]:
-    """Per scenario and policy: goodput and GPU-hours.
+    """Per scenario and policy: goodput, GPU-hours and the offered weighted load (NaN where a file has none).
 
     With ``pool_seeds``, a (scenario, policy) pair found in several files (runs on other seeds) gets the mean over
     all their seeds (weighted by ``num_seeds``); without it, the last file's row stands.
@@ -52,15 +61,17 @@ def _rows(paths: list[str], pool_seeds: bool = False) -> dict[str, dict[str, dic
                         )
                 goodput = float(row["weighted_goodput_rps_mean"])
                 gpu_h = float(row["gpu_seconds_mean"]) / 3600.0
+                offered = float(row.get("offered_weighted_rps_mean") or "nan")
                 key = (row["scenario"], row["policy"])
                 n = float(row.get("num_seeds") or 1)
                 if pool_seeds and key in seeds:
                     before, m = table[key[0]][key[1]], seeds[key]
                     goodput = (before["goodput"] * m + goodput * n) / (m + n)
                     gpu_h = (before["gpu_h"] * m + gpu_h * n) / (m + n)
+                    offered = (before["offered"] * m + offered * n) / (m + n)
                     n += m
                 seeds[key] = n
-                table[row["scenario"]][row["policy"]] = {"goodput": goodput, "gpu_h": gpu_h}
+                table[row["scenario"]][row["policy"]] = {"goodput": goodput, "gpu_h": gpu_h, "offered": offered}
     return table
 
 
@@ -82,6 +93,11 @@ class PolicyFigures:
     at_least_best: int
     """Scenarios at ≥ 1.0× the per-scenario best rule."""
     gpu_h: float
+    below_floor_line: int = 0
+    """Scenarios below :data:`FLOOR_LINE` × the per-scenario best rule."""
+    below_starved: int = 0
+    """Of those, the ones whose best rule serves less than :data:`STARVED_FRAC` of the offered weighted load (a
+    scenario whose rows carry no offered load is not counted)."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +137,10 @@ def summarize(paths: list[str], policies: list[str], pool_seeds: bool = False, v
         top = table[s][best[s]]["goodput"]
         return table[s][p]["goodput"] / top if top > 0 else 1.0
 
+    def starved(s: str) -> bool:
+        top = table[s][best[s]]
+        return top["offered"] > 0 and top["goodput"] < STARVED_FRAC * top["offered"]
+
     single = max(rules, key=lambda r: _geomean([ratio(s, r) for s in scenarios]))
     figures: dict[str, PolicyFigures] = {}
     for p in [*policies, single, *[r for r in rules if r != single]]:
@@ -138,6 +158,8 @@ def summarize(paths: list[str], policies: list[str], pool_seeds: bool = False, v
             floor=min(ratios),
             at_least_best=sum(r >= 1.0 - 1e-9 for r in ratios),
             gpu_h=sum(table[s][p]["gpu_h"] for s in scenarios),
+            below_floor_line=sum(ratio(s, p) < FLOOR_LINE for s in scenarios),
+            below_starved=sum(ratio(s, p) < FLOOR_LINE and starved(s) for s in scenarios),
         )
     paired: dict[str, PairedRatio] = {}
     if versus:
@@ -172,6 +194,13 @@ def main() -> None:
         cells = [f"{f.vs_best_geomean:.3f}", f"{f.vs_single_geomean:.3f}", f"{f.floor:.3f}", f"{f.at_least_best}/{n}"]
         print(f"| {p} | {' | '.join(cells)} | {f.gpu_h:.1f} |")
     print("\nper-scenario best rule:", summary.best_counts)
+    print(
+        f"\nbelow {FLOOR_LINE}x the per-scenario best rule (of them, where the best rule serves less than "
+        f"{STARVED_FRAC:.0%} of the offered weighted load):"
+    )
+    for p in args.policy:
+        f = summary.figures[p]
+        print(f"- {p}: {f.below_floor_line} ({f.below_starved})")
     if args.versus:
         print(f"\npaired against {args.versus} (goodput ratio, geometric mean over scenarios):")
         for p, versus in summary.paired.items():
