@@ -29,8 +29,8 @@ FLOOR_LINE = 0.9
 """Issue 18's floor: no scenario below this times its best rule."""
 
 STARVED_FRAC = 0.5
-"""A scenario whose best rule serves less than this fraction of its offered weighted load is in overload for every
-rule: its ratios are quotients of small goodputs."""
+"""A scenario whose best rule serves less than this fraction of its offered weighted load is past what any of the
+rules can serve: a ratio to the best rule there compares ways of failing."""
 
 
 def _rows(paths: list[str], pool_seeds: bool = False) -> dict[str, dict[str, dict[str, float]]]:
