@@ -158,8 +158,8 @@ def summarize(paths: list[str], policies: list[str], pool_seeds: bool = False, v
             floor=min(ratios),
             at_least_best=sum(r >= 1.0 - 1e-9 for r in ratios),
             gpu_h=sum(table[s][p]["gpu_h"] for s in scenarios),
-            below_floor_line=sum(ratio(s, p) < FLOOR_LINE for s in scenarios),
-            below_starved=sum(ratio(s, p) < FLOOR_LINE and starved(s) for s in scenarios),
+            below_floor_line=sum(r < FLOOR_LINE for r in ratios),
+            below_starved=sum(r < FLOOR_LINE and starved(s) for s, r in zip(scenarios, ratios, strict=True)),
         )
     paired: dict[str, PairedRatio] = {}
     if versus:
