@@ -171,11 +171,13 @@ class EngineDriver:
                 continue
             deadline_s = start + result.duration_s * scale
             await asyncio.sleep(max(deadline_s - self.now(), 0.0))
-            self._deliver(result)
+            self._deliver(result, deadline_s)
 
-    def _deliver(self, result: StepResult) -> None:
+    def _deliver(self, result: StepResult, modelled_end_s: float) -> None:
+        """Release a step's tokens; ``modelled_end_s`` is the wall time at which the model says the step ended."""
         now = self.now()
         m = self.metrics
+        delay_s = max(now - modelled_end_s, 0.0) / self.time_scale
         handles = self._handles
         itl = m.inter_token_latency
         scale = self.time_scale
@@ -185,6 +187,7 @@ class EngineDriver:
                 continue
             if handle.first_token_s is None:
                 handle.first_token_s = now
+                m.first_token_delay.observe(delay_s)
             elif handle.last_token_s is not None:
                 itl.observe((now - handle.last_token_s) / scale)
             handle.last_token_s = now

@@ -30,7 +30,14 @@ from env.sim.telemetry import (
     buckets_1_2_5,
 )
 
-__all__ = ["BUCKETS_ITL", "BUCKETS_LAT", "BUCKETS_TTFT", "VllmMetrics", "buckets_125"]
+__all__ = [
+    "BUCKETS_ITL",
+    "BUCKETS_LAT",
+    "BUCKETS_TTFT",
+    "EMULATOR_FIRST_TOKEN_DELAY_METRIC",
+    "VllmMetrics",
+    "buckets_125",
+]
 
 # vLLM's bucket families, defined once beside the simulator's counters (the two must agree).
 BUCKETS_TTFT = BUCKETS_TTFT_S
@@ -44,6 +51,11 @@ FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 WAITING_REASONS = ("capacity", "deferred")
 PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
+
+EMULATOR_FIRST_TOKEN_DELAY_METRIC = "pdctl_emulator_first_token_delay_seconds"
+"""Not a vLLM metric: the emulator's lag behind its own model at each first token. A real engine's TTFT also
+contains such delays (output processing, a busy host); here they are the only part of TTFT that the modelled
+queue and prefill times do not contain, so a sum of TTFTs minus this is what the model alone accounts for."""
 
 
 buckets_125 = buckets_1_2_5
@@ -244,4 +256,11 @@ class VllmMetrics:
         ).labels(*values)
         self.nixl_num_kv_expired_reqs = counter(
             "vllm:nixl_num_kv_expired_reqs", "Number of requests that had their KV expire."
+        ).labels(*values)
+        # The emulator's own (not vLLM's): how late first tokens reached their clients after the modelled instant.
+        self.first_token_delay = hist(
+            EMULATOR_FIRST_TOKEN_DELAY_METRIC,
+            "Histogram of seconds between the modelled end of the step that produced a request's first token and "
+            "its delivery (event-loop stalls; inside TTFT, outside the queue and prefill times).",
+            BUCKETS_ITL,
         ).labels(*values)
