@@ -170,6 +170,56 @@ def test_grid_search_is_cached_and_picks_the_best(
     assert timeline[-1]["g0/prefill"] == 0
 
 
+def test_a_grid_of_several_groups_is_searched_group_by_group_above_the_exhaustive_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, two = tiny_scenario(duration_s=60.0), tiny_scenario(duration_s=60.0, groups=2, name="tiny2")
+    assert gs.search_method(two) == "exhaustive"  # 91 configurations: within the limit
+    monkeypatch.setattr(gs, "MAX_EXHAUSTIVE_POINTS", 20)
+    assert gs.search_method(one) == "exhaustive"  # one group: never split up
+    assert gs.search_method(two) == "per_group"
+    assert gs.search_method(two, "exhaustive") == "exhaustive"
+    # a cached exhaustive search is never answered for a per-group one, nor the other way round
+    assert gs._cache_key(two, (0,), "exhaustive") != gs._cache_key(two, (0,), "per_group")
+
+    path = tmp_path / "tiny2.yaml"
+    path.write_text(yaml.safe_dump(two.model_dump(mode="json")))
+    progress: list[tuple[int, int]] = []
+    result = gs.search(
+        path, seeds=(0,), workers=1, cache_dir=tmp_path / "cache", progress=lambda d, t: progress.append((d, t))
+    )
+    assert result["method"] == "per_group"
+    levels = len(gs.ROUTE_LEVELS) - 1
+    # the scan (4 splits per group, every level), 4 combinations per level run whole, and aggregated serving
+    most = levels * 4 + levels * gs.CONFIRMED_PER_LEVEL + 1
+    assert levels * 4 < result["runs"] <= most == gs._per_group_runs(two, (0,))
+    assert result["runs"] < len(gs.grid_points(two))
+    assert progress[-1] == (result["runs"], result["runs"])
+    assert result["best_score"]["weighted_goodput_rps"] == max(p["weighted_goodput_rps"] for p in result["points"])
+    assert {"pools": {"g0": [0, 4], "g1": [0, 4]}, "route": "aggregated"} in [
+        {"pools": p["pools"], "route": p["route"]} for p in result["points"]
+    ]
+    # with no transfer failures to draw, the groups are independent: every configuration run whole scores exactly
+    # the sum of its groups' scan estimates, and each level's first candidate combines each group's best split
+    scan = result["scan"]
+    for point in result["points"]:
+        if point["route"] == "aggregated":
+            continue
+        estimate = sum(
+            next(e["weighted_goodput_rps"] for e in scan[point["route"]][g] if e["split"] == split)
+            for g, split in point["pools"].items()
+        )
+        assert point["weighted_goodput_rps"] == pytest.approx(estimate, rel=1e-9, abs=1e-9), point
+    for level, by_group in scan.items():
+        best = {g: ranked[0]["split"] for g, ranked in by_group.items()}
+        if any(split[0] for split in best.values()):
+            assert next(p for p in result["points"] if p["route"] == level)["pools"] == best
+        else:  # without a prefill instance the combination is aggregated serving, as in the exhaustive grid
+            assert all(
+                p["route"] == "aggregated" for p in result["points"] if not any(s[0] for s in p["pools"].values())
+            )
+
+
 def test_sweep_brackets_the_target(tiny_path: Path) -> None:
     (record,) = ev.sweep_rate([tiny_path], ["baseline:vllm-proxy"], [0], iterations=1, workers=1)
     points = dict(record["points"])
