@@ -138,7 +138,7 @@ def _cache_key(scenario: Scenario, seeds: Sequence[int], method: str) -> str:
         "levels": ROUTE_LEVELS,
         "seeds": list(seeds),
     }
-    if method != "exhaustive":  # exhaustive keys stay what they were before the per-group method existed
+    if method != "exhaustive":  # a per-group result is never read for an exhaustive search
         payload["method"] = [method, TOP_SPLITS_PER_GROUP, CONFIRMED_PER_LEVEL]
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
