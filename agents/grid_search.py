@@ -255,13 +255,20 @@ def _per_group_candidates(
             pools = {g.name: list(split) for g, (_, split) in zip(groups, combo, strict=True)}
             # as in the exhaustive grid, a configuration without a prefill instance is aggregated serving
             candidates.append({"pools": pools, "route": level if any(p for p, _ in pools.values()) else AGGREGATED})
-    if all(o and o[0][0] == 0 for o in options):  # every group may run without prefill: aggregated serving
-        candidates.append(
-            {"pools": {g.name: list(o[0]) for g, o in zip(groups, options, strict=True)}, "route": AGGREGATED}
-        )
+    aggregated = _aggregated_point(groups, options)
+    if aggregated is not None:
+        candidates.append(aggregated)
     unique = {json.dumps(c, sort_keys=True): c for c in candidates}
-    runner.total_runs = runner.done + len(unique) * len(runner.seeds)
     return list(unique.values()), report, errors
+
+
+def _aggregated_point(
+    groups: Sequence[TenantGroupConfig], options: Sequence[list[tuple[int, int]]]
+) -> dict[str, Any] | None:
+    """Aggregated serving, when every group may run without a prefill instance (its splits start at 0 prefill)."""
+    if not all(o and o[0][0] == 0 for o in options):
+        return None
+    return {"pools": {g.name: list(o[0]) for g, o in zip(groups, options, strict=True)}, "route": AGGREGATED}
 
 
 def _per_group_runs(scenario: Scenario, seeds: Sequence[int]) -> int:
@@ -272,7 +279,7 @@ def _per_group_runs(scenario: Scenario, seeds: Sequence[int]) -> int:
     options = [_group_options(scenario, g) for g in scenario.tenant_groups]
     levels = len(ROUTE_LEVELS) - 1
     combos = min(CONFIRMED_PER_LEVEL, math.prod(min(TOP_SPLITS_PER_GROUP, len(o)) for o in options))
-    aggregated = int(all(o and o[0][0] == 0 for o in options))
+    aggregated = int(_aggregated_point(scenario.tenant_groups, options) is not None)
     return (levels * max(len(o) for o in options) + levels * combos + aggregated) * len(seeds)
 
 
@@ -311,6 +318,7 @@ def search(
     else:
         runner = _Runner(scenario_path, seeds, workers, traces_dir, _per_group_runs(scenario, seeds), progress)
         points, scan, errors = _per_group_candidates(scenario, runner)
+        runner.total_runs = runner.done + len(points) * len(seeds)  # the candidates, now known
         scored, whole_errors = _score(points, runner.run(points))
         errors += whole_errors
         extra["scan"] = scan
