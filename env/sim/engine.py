@@ -17,7 +17,9 @@ Scheduling (one *step* = one forward pass), following vLLM V1:
   a *prefill-only* request (remote prefill) holds its prompt until :meth:`InstanceEngine.release`.
 * **Preemption by recompute.** When the next step's KV does not fit, the most recently admitted running request
   is preempted: its KV is freed and it goes back to the front of the waiting queue; when rescheduled it
-  recomputes its prompt plus the tokens it had generated, then continues.
+  recomputes its prompt plus the tokens it had generated, then continues. A step that preempted admits no waiting
+  request. The victim's full blocks stay in the prefix cache (its last block evicted first), so its recompute
+  skips what is still cached, as vLLM's block-hash cache does for a preempted request.
 * **Request kinds.** ``prefill_only`` (on a prefill instance: finishes after its prefill, emitting its one
   token, KV pinned for the transfer); ``kv_ready`` (on a decode instance: KV arrived by transfer, joins the decode
   batch directly and emits its first token in that step); otherwise aggregated (local prefill then decode).
@@ -79,7 +81,9 @@ class InstanceEngine(DecodeRuns):
         self._kv_static = 0
         self._queued_prefill = 0
         self._order = 0
-        self._cache: OrderedDict[int, int] = OrderedDict()
+        # prefix-cache blocks in free KV space, LRU first: a workload's shared-prefix hash ids (int), and the blocks
+        # a preempted request had computed beyond them, keyed (request id, block index)
+        self._cache: OrderedDict[int | tuple[str, int], int] = OrderedDict()
         self._cache_tokens = 0
         self._by_id: dict[str, EngineRequest] = {}
         coefficients = [model.decode_coefficients(b) for b in range(config.max_num_seqs + 1)]
@@ -239,12 +243,15 @@ class InstanceEngine(DecodeRuns):
                 victim = request
         if victim is None:
             return False
+        computed_tokens = victim.num_computed
         if victim.phase == Phase.PREFILLING:
             self._prefilling.remove(victim)
             self._kv_static -= victim.num_computed
             self._queued_prefill -= self._prefill_target(victim) - victim.num_computed
         else:
             self._leave_decode(victim)
+            computed_tokens = victim.prompt_tokens + victim.generated
+        self._cache_preempted(victim, computed_tokens)
         victim.phase = Phase.WAITING
         victim.kv_ready = False
         victim.num_computed = 0
@@ -266,7 +273,11 @@ class InstanceEngine(DecodeRuns):
             self._cache_tokens -= tokens
 
     def _lookup_cache(self, request: EngineRequest) -> int:
-        if not request.hash_ids or not self.config.enable_prefix_caching:
+        """Tokens of ``request``'s prefill the cache supplies (at least the last token is always computed).
+
+        First its shared prefix; after a preemption, then the blocks it had computed itself.
+        """
+        if not self.config.enable_prefix_caching:
             return 0
         cache = self._cache
         hits = 0
@@ -275,7 +286,52 @@ class InstanceEngine(DecodeRuns):
                 break
             cache.move_to_end(h)
             hits += 1
-        return min(hits * request.hash_block_tokens, request.prompt_tokens - 1)
+        if not request.num_preemptions or hits < self._shared_blocks(request):
+            return min(hits * request.hash_block_tokens, request.prompt_tokens - 1)
+        own = 0
+        while (request.request_id, hits + own) in cache:
+            own += 1
+        return min((hits + own) * request.hash_block_tokens, request.prompt_tokens + request.generated - 1)
+
+    @staticmethod
+    def _shared_blocks(request: EngineRequest) -> int:
+        """The prompt's full blocks that the workload's shared-prefix hash ids name."""
+        if not request.hash_ids:
+            return 0
+        return min(len(request.hash_ids), request.prompt_tokens // request.hash_block_tokens)
+
+    def _cache_preempted(self, victim: EngineRequest, computed_tokens: int) -> None:
+        """Keep the full blocks a preempted request had computed as cached blocks in free KV space.
+
+        As vLLM's prefix cache keeps freed blocks until their space is reused, the request's recompute after
+        readmission starts from whatever of them is still cached. Its last block is the first evicted.
+        """
+        if not self.config.enable_prefix_caching:
+            return
+        block = victim.hash_block_tokens
+        full = computed_tokens // block
+        shared = min(self._shared_blocks(victim), full)
+        cache = self._cache
+        for k in range(full - 1, shared - 1, -1):
+            key = (victim.request_id, k)
+            if key not in cache:
+                cache[key] = block
+                self._cache_tokens += block
+        for h in reversed(victim.hash_ids[:shared]):
+            if h in cache:
+                cache.move_to_end(h)
+            else:
+                cache[h] = block
+                self._cache_tokens += block
+
+    def _claim_own_blocks(self, request: EngineRequest, hit_tokens: int) -> None:
+        """Drop from the cache the blocks a readmitted request computed itself: they are its KV again."""
+        cache = self._cache
+        block = request.hash_block_tokens
+        for k in range(self._shared_blocks(request), hit_tokens // block + 1):
+            tokens = cache.pop((request.request_id, k), None)
+            if tokens is not None:
+                self._cache_tokens -= tokens
 
     def _insert_cache(self, request: EngineRequest) -> None:
         if not request.hash_ids or not self.config.enable_prefix_caching:
@@ -355,11 +411,13 @@ class InstanceEngine(DecodeRuns):
             free -= need
             prefill_tokens += need
             index += 1
-        # 3. Admit waiting requests first-come-first-served (never preempting for them).
+        # 3. Admit waiting requests first-come-first-served (never preempting for them), and none in a step that
+        # has preempted (vLLM V1 does the same): the victim went back to the head of the queue, and admitting it in
+        # the step that freed its KV would only have it preempt again.
         joined: list[EngineRequest] | None = None
         running = batch + len(prefilling)
         max_seqs = cfg.max_num_seqs
-        while waiting and budget > 0 and running < max_seqs:
+        while waiting and budget > 0 and running < max_seqs and not result.preempted:
             head = waiting[0]
             if head.kv_ready:
                 if free < head.prompt_tokens + 1:
@@ -378,7 +436,7 @@ class InstanceEngine(DecodeRuns):
                 free -= head.prompt_tokens + 1
                 running += 1
                 continue
-            hit = self._lookup_cache(head) if head.hash_ids else 0
+            hit = self._lookup_cache(head) if head.hash_ids or head.num_preemptions else 0
             target = head.prompt_tokens + head.generated
             need = target - hit
             if need > budget:
@@ -388,6 +446,8 @@ class InstanceEngine(DecodeRuns):
             if need <= 0:
                 break
             waiting.popleft()
+            if head.num_preemptions:
+                self._claim_own_blocks(head, hit)
             self._order += 1
             head._order = self._order
             if head.cached_tokens < 0:

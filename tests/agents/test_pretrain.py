@@ -136,15 +136,15 @@ def test_ties_going_to_the_best_candidate_alone_rescue_a_myopic_expert() -> None
 
 
 def test_a_switch_margin_keeps_the_best_candidate_alone_through_short_term_dips() -> None:
-    """batch-summarization-8: 1P3D is best over the episode, but 2P2D looks better for a few minutes at a time.
+    """agent-tools-8: 1P3D is best over the episode, but 2P2D looks better for a few minutes at a time.
 
-    Since the simulator places requests with the router's rules (``policies.placement``), an exact (margin 0)
-    expert leaves 1P3D for 2P2D on 14 of 59 intervals and a 15 % margin on 10: the margin keeps it on the best
-    candidate alone more often, though not always (it kept it throughout before the placement change).
+    An exact (margin 0) expert leaves 1P3D for 2P2D on 15 of 59 intervals and a 15 % margin on none. (It was
+    batch-summarization-8 until the engine kept a preempted request's blocks cached: there 1P3D is now far ahead
+    on every horizon, and both experts stay on it.)
     """
     from agents.pretrain import LookaheadTask, lookahead_episode
 
-    path = SCENARIO_DIR / "batch-summarization-8.yaml"
+    path = SCENARIO_DIR / "agent-tools-8.yaml"
     grid = (
         {"pools": {"main": [1, 3]}, "route": "remote>=512"},
         {"pools": {"main": [2, 2]}, "route": "remote>=512"},
@@ -173,8 +173,9 @@ def test_a_switch_margin_keeps_the_best_candidate_alone_through_short_term_dips(
     # with pool targets every label names the split the pools should be at: 1P3D or 2P2D, as many as chosen
     for episode in (exact, margin):
         splits = [tuple(a[:2]) for a in episode.demonstrations.actions.tolist()]
-        assert set(splits) == {(1, 3), (2, 2)}
+        assert set(splits) <= {(1, 3), (2, 2)}
         assert splits.count((1, 3)) == episode.chosen_intervals[best_alone]
+    assert (2, 2) in {tuple(a[:2]) for a in exact.demonstrations.actions.tolist()}
 
 
 def test_expert_only_options_are_refused_without_the_lookahead_expert(tmp_path: Path) -> None:

@@ -168,6 +168,71 @@ def test_preemption_by_recompute_when_kv_runs_out() -> None:
     assert engine.kv_used_tokens == 0
 
 
+def _step_until_preempted(engine: InstanceEngine) -> tuple[float, list[str]]:
+    """Step ``engine`` until a step preempts; that step's end time and the ids it preempted."""
+    t = 0.0
+    for _ in range(10_000):
+        result = engine.step(t)
+        assert result is not None
+        t = result.end_s
+        if result.preempted:
+            return t, result.preempted
+    raise AssertionError("no step preempted")
+
+
+def test_a_step_that_preempts_admits_nothing() -> None:
+    """As in vLLM V1, the victim (now the head of the queue) and the requests behind it wait for the next step."""
+    engine = _engine(capacity=1000, seqs=2, budget=4096, cache=False)
+    engine.add_request(EngineRequest("r0", 400, 400), 0.0)
+    engine.add_request(EngineRequest("r1", 400, 400), 0.0)
+    engine.add_request(EngineRequest("r2", 50, 5), 0.0)
+    t, preempted = _step_until_preempted(engine)
+    assert preempted == ["r1"]
+    assert engine.num_running == 1
+    assert [r.request_id for r in engine._waiting] == ["r1", "r2"]
+    result = engine.step(t)
+    assert result is not None
+    assert not result.preempted
+    assert result.prefill_tokens > 0  # the next step readmits the victim first
+    assert engine._waiting[0].request_id == "r2"
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_recompute_after_preemption_starts_from_its_own_cached_blocks(cache: bool) -> None:
+    """A preempted request's full blocks stay cached in free KV; its recompute skips those still there."""
+    engine = _engine(capacity=3000, seqs=2, budget=4096, cache=cache)
+    engine.add_request(EngineRequest("r0", 1100, 800), 0.0)
+    engine.add_request(EngineRequest("r1", 1100, 800), 0.0)
+    t, preempted = _step_until_preempted(engine)
+    assert preempted == ["r1"]
+    victim = engine._waiting[0]
+    target = victim.prompt_tokens + victim.generated
+    assert victim.generated > 0
+    assert target > 1024
+    hit = 1024 if cache else 0  # two full 512-token blocks
+    assert engine._lookup_cache(victim) == hit
+    free = engine.config.kv_capacity_tokens - engine.kv_used_tokens - engine.num_decoding
+    result = engine.step(t)
+    assert result is not None
+    assert result.prefill_tokens == min(target, free) - hit
+    assert engine._cache_tokens == sum(engine._cache.values())
+    assert not any(isinstance(key, tuple) for key in engine._cache)  # readmitted: the blocks are its KV again
+    _, done = _drain(engine, fast=True, t=result.end_s)
+    assert sorted(r.request_id for r in done) == ["r0", "r1"]
+    assert all(r.generated == r.output_tokens for r in done)
+    assert engine.kv_used_tokens == 0
+
+
+def test_a_preempted_request_loses_its_last_cached_block_first() -> None:
+    engine = _engine(capacity=3000, seqs=2, budget=4096)
+    engine.add_request(EngineRequest("r0", 1100, 800), 0.0)
+    engine.add_request(EngineRequest("r1", 1100, 800), 0.0)
+    _step_until_preempted(engine)
+    victim = engine._waiting[0]
+    engine._evict_cache(engine._cache_tokens - 512)  # room for one block less
+    assert engine._lookup_cache(victim) == 512
+
+
 def test_kv_usage_stays_within_capacity_while_running() -> None:
     engine = _engine(capacity=5000, budget=1024)
     rng = np.random.default_rng(3)
