@@ -54,6 +54,7 @@ from agents.policy_specs import (
     profiled_throughputs,
 )
 from agents.runs import scale_rates
+from agents.source_digest import source_digest
 from env.gym_env import SCENARIO_DIR
 
 __all__ = [
@@ -78,6 +79,7 @@ __all__ = [
     "run_one_safe",
     "scale_rates",
     "scenario_paths",
+    "simulator_digest",
     "slo_met",
     "sweep_rate",
     "weighted_goodput_rps",
@@ -132,14 +134,30 @@ def _t95(n: int) -> float:
     return float(t.ppf(0.975, n - 1)) if n > 1 else math.nan
 
 
+SIMULATOR_SOURCES = ("env/sim", "env/perf")
+"""The source a simulated run's outcome is measured by (the engine, the event loop and the performance model)."""
+
+
+def simulator_digest() -> str:
+    """Digest of :data:`SIMULATOR_SOURCES`: rows measured by two different simulators are not to be compared."""
+    return source_digest("simulator", SIMULATOR_SOURCES)
+
+
 def aggregate(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Mean and 95 % confidence half-width over seeds, per (policy, scenario, rate scale, tenant)."""
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for row in rows:
-        key = (row["policy"], row["scenario"], row["rate_scale"], row["tenant"], row.get("scenario_sha256"))
+        key = (
+            row["policy"],
+            row["scenario"],
+            row["rate_scale"],
+            row["tenant"],
+            row.get("scenario_sha256"),
+            row.get("simulator_sha256"),
+        )
         groups.setdefault(key, []).append(row)
     out: list[dict[str, Any]] = []
-    for (policy, scenario, rate_scale, tenant, digest), members in groups.items():
+    for (policy, scenario, rate_scale, tenant, digest, simulator), members in groups.items():
         agg: dict[str, Any] = {
             "policy": policy,
             "scenario": scenario,
@@ -158,6 +176,8 @@ def aggregate(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             agg[f"{metric}_ci95"] = half
         if digest is not None:
             agg["scenario_sha256"] = digest
+        if simulator is not None:
+            agg["simulator_sha256"] = simulator
         out.append(agg)
     return out
 
@@ -217,12 +237,14 @@ def evaluate(
         for seed in seeds
     ]
     runs = run_many(specs, workers, on_done)
-    # every row names the exact scenario file it was measured on: tables made from different files (a generator
-    # or a performance model changed in between) cannot be compared by name alone
+    # every row names the exact scenario file and simulator it was measured on: tables made from different files (a
+    # generator or a performance model changed in between) or by different simulators cannot be compared by name
     digests = {str(path): file_sha256(path) for path in scenarios}
+    simulator = simulator_digest()
     for run in runs:
         for row in run.rows:
             row["scenario_sha256"] = digests[run.spec.scenario_path]
+            row["simulator_sha256"] = simulator
     rows = [row for run in runs for row in run.rows]
     return Evaluation(runs, aggregate(rows), grid_points)
 

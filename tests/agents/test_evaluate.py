@@ -243,8 +243,11 @@ def test_cli_writes_tables_and_refuses_bad_specs(tiny_path: Path, tmp_path: Path
     assert "best baseline" in (out / "ranking.md").read_text()
     # every row names the exact scenario file it was measured on
     with (out / "results.csv").open(newline="") as handle:
-        digests = {row["scenario_sha256"] for row in csv.DictReader(handle)}
-    assert digests == {hashlib.sha256(tiny_path.read_bytes()).hexdigest()}
+        written = list(csv.DictReader(handle))
+    assert {row["scenario_sha256"] for row in written} == {hashlib.sha256(tiny_path.read_bytes()).hexdigest()}
+    # ... and the simulator that measured it
+    assert {row["simulator_sha256"] for row in written} == {ev.simulator_digest()}
+    assert len(ev.simulator_digest()) == 16
     bad = runner.invoke(app, [*args, "--policies", "baseline:nope"])
     assert bad.exit_code == 2
     assert "unknown baseline" in bad.output
@@ -285,6 +288,40 @@ def test_summaries_refuse_to_compare_results_of_different_scenario_files(tmp_pat
         f"{other}: scenario default-1 was measured on another file than in {rules} (sha256 bbbb vs aaaa); "
         "regenerate and re-run one of them"
     ]
+
+
+def test_summaries_refuse_to_compare_results_of_different_simulators(tmp_path: Path) -> None:
+    """Rows measured by two simulators (an engine fix in between) are not compared, nor with unrecorded ones."""
+    header = "policy,scenario,rate_scale,tenant,weighted_goodput_rps_mean,gpu_seconds_mean,simulator_sha256\n"
+    rules = tmp_path / "rules.csv"
+    rules.write_text(header + "baseline:aggregated,default-1,1.0,ALL,2.0,3600,aaaa\n")
+    same = tmp_path / "same.csv"
+    same.write_text(header + "learned:x,default-1,1.0,ALL,3.0,3600,aaaa\n")
+    other = tmp_path / "other.csv"
+    other.write_text(header + "learned:x,default-1,1.0,ALL,3.0,3600,bbbb\n")
+    unrecorded = tmp_path / "unrecorded.csv"
+    unrecorded.write_text(
+        "policy,scenario,rate_scale,tenant,weighted_goodput_rps_mean,gpu_seconds_mean\n"
+        "learned:x,default-1,1.0,ALL,3.0,3600\n"
+    )
+    script = Path(__file__).resolve().parents[2] / "experiments" / "results" / "families" / "summarize.py"
+
+    def summarize(*files: Path) -> subprocess.CompletedProcess[str]:
+        args = [sys.executable, str(script), *map(str, files), "--policy", "learned:x"]
+        return subprocess.run(args, capture_output=True, text=True)
+
+    ok = summarize(rules, same)
+    assert ok.returncode == 0, ok.stderr
+    assert "| learned:x | 1.500 |" in ok.stdout
+    refused = summarize(rules, other)
+    assert refused.returncode != 0
+    assert refused.stderr.strip().splitlines() == [
+        f"{other}: measured by simulator bbbb, {rules} by aaaa (the simulator_sha256 column); "
+        "results of two simulators are not compared"
+    ]
+    mixed = summarize(rules, unrecorded)
+    assert mixed.returncode != 0
+    assert "measured by simulator unrecorded" in mixed.stderr
 
 
 @pytest.mark.slow

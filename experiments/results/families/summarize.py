@@ -41,16 +41,27 @@ def _rows(paths: list[str], pool_seeds: bool = False) -> dict[str, dict[str, dic
 
     Exits with one line when two files measured a scenario of the same name on different scenario files (the
     ``scenario_sha256`` column `pdctl evaluate` writes; files without it are not checked): a generator or a
-    performance model that changed in between makes their ratios meaningless.
+    performance model that changed in between makes their ratios meaningless. Likewise when two rows were measured
+    by different simulators (the ``simulator_sha256`` column, a digest of the simulator's source; files written
+    before it existed count as one simulator, "unrecorded").
     """
     table: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
     seeds: dict[tuple[str, str], float] = {}
     digests: dict[str, tuple[str, str]] = {}
+    simulator: tuple[str, str] | None = None
     for path in paths:
         with open(path, newline="") as handle:
             for row in csv.DictReader(handle):
                 if row["tenant"] != "ALL" or float(row.get("rate_scale") or 1.0) != 1.0:
                     continue
+                measured_by = row.get("simulator_sha256") or "unrecorded"
+                if simulator is None:
+                    simulator = (measured_by, path)
+                elif simulator[0] != measured_by:
+                    raise SystemExit(
+                        f"{path}: measured by simulator {measured_by[:12]}, {simulator[1]} by {simulator[0][:12]} "
+                        "(the simulator_sha256 column); results of two simulators are not compared"
+                    )
                 digest = row.get("scenario_sha256") or ""
                 if digest:
                     seen = digests.setdefault(row["scenario"], (digest, path))
