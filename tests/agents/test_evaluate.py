@@ -253,36 +253,40 @@ def test_cli_writes_tables_and_refuses_bad_specs(tiny_path: Path, tmp_path: Path
     assert "unknown baseline" in bad.output
 
 
-def test_summaries_refuse_to_compare_results_of_different_scenario_files(tmp_path: Path) -> None:
-    """Two result tables that measured default-1 on different files (a regenerated family) are not compared."""
-    header = "policy,scenario,rate_scale,tenant,weighted_goodput_rps_mean,gpu_seconds_mean,scenario_sha256\n"
-    rules = tmp_path / "rules.csv"
+SUMMARIZE = Path(__file__).resolve().parents[2] / "experiments" / "results" / "families" / "summarize.py"
+TABLE_HEADER = "policy,scenario,rate_scale,tenant,weighted_goodput_rps_mean,gpu_seconds_mean"
+
+
+def _summarize(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SUMMARIZE), *map(str, args)], capture_output=True, text=True)
+
+
+def _tables(tmp_path: Path, column: str) -> tuple[Path, Path, Path]:
+    """A rule's row and a policy's row digest ``aaaa`` in ``column`` (1.5x), and the policy's row digest ``bbbb``."""
+    header = f"{TABLE_HEADER},{column}\n"
+    rules, same, other = tmp_path / "rules.csv", tmp_path / "same.csv", tmp_path / "other.csv"
     rules.write_text(header + "baseline:aggregated,default-1,1.0,ALL,2.0,3600,aaaa\n")
-    same = tmp_path / "same.csv"
     same.write_text(header + "learned:x,default-1,1.0,ALL,3.0,3600,aaaa\n")
-    other = tmp_path / "other.csv"
     other.write_text(header + "learned:x,default-1,1.0,ALL,3.0,3600,bbbb\n")
-    script = Path(__file__).resolve().parents[2] / "experiments" / "results" / "families" / "summarize.py"
-    ok = subprocess.run(
-        [sys.executable, str(script), str(rules), str(same), "--policy", "learned:x"], capture_output=True, text=True
-    )
+    ok = _summarize(rules, same, "--policy", "learned:x")
     assert ok.returncode == 0, ok.stderr
     assert "| learned:x | 1.500 |" in ok.stdout
+    return rules, same, other
+
+
+def test_summaries_refuse_to_compare_results_of_different_scenario_files(tmp_path: Path) -> None:
+    """Two result tables that measured default-1 on different files (a regenerated family) are not compared."""
+    rules, same, other = _tables(tmp_path, "scenario_sha256")
     # a second seed's runs of the same files: pooled with --pool-seeds (mean goodput 2.0 / 2.0 = 1.0)
     seed1 = tmp_path / "seed1.csv"
     seed1.write_text(
-        header + "learned:x,default-1,1.0,ALL,1.0,3600,aaaa\nbaseline:aggregated,default-1,1.0,ALL,2.0,3600,aaaa\n"
+        f"{TABLE_HEADER},scenario_sha256\n"
+        "learned:x,default-1,1.0,ALL,1.0,3600,aaaa\nbaseline:aggregated,default-1,1.0,ALL,2.0,3600,aaaa\n"
     )
-    pooled = subprocess.run(
-        [sys.executable, str(script), str(rules), str(same), str(seed1), "--pool-seeds", "--policy", "learned:x"],
-        capture_output=True,
-        text=True,
-    )
+    pooled = _summarize(rules, same, seed1, "--pool-seeds", "--policy", "learned:x")
     assert pooled.returncode == 0, pooled.stderr
     assert "| learned:x | 1.000 |" in pooled.stdout
-    refused = subprocess.run(
-        [sys.executable, str(script), str(rules), str(other), "--policy", "learned:x"], capture_output=True, text=True
-    )
+    refused = _summarize(rules, other, "--policy", "learned:x")
     assert refused.returncode != 0
     assert refused.stderr.strip().splitlines() == [
         f"{other}: scenario default-1 was measured on another file than in {rules} (sha256 bbbb vs aaaa); "
@@ -292,34 +296,16 @@ def test_summaries_refuse_to_compare_results_of_different_scenario_files(tmp_pat
 
 def test_summaries_refuse_to_compare_results_of_different_simulators(tmp_path: Path) -> None:
     """Rows measured by two simulators (an engine fix in between) are not compared, nor with unrecorded ones."""
-    header = "policy,scenario,rate_scale,tenant,weighted_goodput_rps_mean,gpu_seconds_mean,simulator_sha256\n"
-    rules = tmp_path / "rules.csv"
-    rules.write_text(header + "baseline:aggregated,default-1,1.0,ALL,2.0,3600,aaaa\n")
-    same = tmp_path / "same.csv"
-    same.write_text(header + "learned:x,default-1,1.0,ALL,3.0,3600,aaaa\n")
-    other = tmp_path / "other.csv"
-    other.write_text(header + "learned:x,default-1,1.0,ALL,3.0,3600,bbbb\n")
-    unrecorded = tmp_path / "unrecorded.csv"
-    unrecorded.write_text(
-        "policy,scenario,rate_scale,tenant,weighted_goodput_rps_mean,gpu_seconds_mean\n"
-        "learned:x,default-1,1.0,ALL,3.0,3600\n"
-    )
-    script = Path(__file__).resolve().parents[2] / "experiments" / "results" / "families" / "summarize.py"
-
-    def summarize(*files: Path) -> subprocess.CompletedProcess[str]:
-        args = [sys.executable, str(script), *map(str, files), "--policy", "learned:x"]
-        return subprocess.run(args, capture_output=True, text=True)
-
-    ok = summarize(rules, same)
-    assert ok.returncode == 0, ok.stderr
-    assert "| learned:x | 1.500 |" in ok.stdout
-    refused = summarize(rules, other)
+    rules, _, other = _tables(tmp_path, "simulator_sha256")
+    refused = _summarize(rules, other, "--policy", "learned:x")
     assert refused.returncode != 0
     assert refused.stderr.strip().splitlines() == [
         f"{other}: measured by simulator bbbb, {rules} by aaaa (the simulator_sha256 column); "
         "results of two simulators are not compared"
     ]
-    mixed = summarize(rules, unrecorded)
+    unrecorded = tmp_path / "unrecorded.csv"
+    unrecorded.write_text(f"{TABLE_HEADER}\nlearned:x,default-1,1.0,ALL,3.0,3600\n")
+    mixed = _summarize(rules, unrecorded, "--policy", "learned:x")
     assert mixed.returncode != 0
     assert "measured by simulator unrecorded" in mixed.stderr
 
