@@ -23,6 +23,7 @@ PINS = {  # pin name: (split, pin file)
     "validation-36": ("validation", ROOT / "experiments" / "families" / "default-validation-36.sha256"),
     "validation-72": ("validation", ROOT / "experiments" / "families" / "default-validation-72.sha256"),
     "validation-144": ("validation", ROOT / "experiments" / "families" / "default-validation-144.sha256"),
+    "validation-216": ("validation", ROOT / "experiments" / "families" / "default-validation-216.sha256"),
     "test-40": ("test", ROOT / "experiments" / "families" / "default-test-40.sha256"),
     "test-80": ("test", ROOT / "experiments" / "families" / "default-test-80.sha256"),
     "test-120": ("test", ROOT / "experiments" / "families" / "default-test-120.sha256"),
@@ -71,6 +72,7 @@ def test_the_default_familys_evaluation_sets_regenerate_byte_for_byte(pin: str) 
     [
         ("validation-36", "validation-72"),
         ("validation-72", "validation-144"),
+        ("validation-144", "validation-216"),
         ("test-40", "test-80"),
         ("test-80", "test-120"),
         ("test-120", "test-160"),
