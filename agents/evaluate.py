@@ -352,7 +352,8 @@ def sweep_rate(
 
     Doubles (or halves) from ``start`` until the attainment crosses the target, then bisects ``iterations``
     times; every probe runs all ``seeds`` (attainment = mean over seeds of the ``ALL`` row). Probes of all
-    policies run in parallel. Returns one record per (policy, scenario) with the probed points.
+    policies run in parallel. Returns one record per (policy, scenario) with the probed points and the
+    :func:`simulator_digest` that measured them (``simulator_sha256``).
     """
     states = [(p, str(s)) for s in scenarios for p in policies]
     points: dict[int, list[tuple[float, float]]] = {i: [] for i in range(len(states))}
@@ -404,6 +405,7 @@ def sweep_rate(
                     done.add(i)
                 else:
                     probe_of[i] = math.sqrt(lo * hi)
+    simulator = simulator_digest()
     out = []
     for i, (policy, path) in enumerate(states):
         lo, hi = bracket[i]
@@ -415,6 +417,7 @@ def sweep_rate(
                 "first_failing_scale": hi,
                 "target_frac": target_frac,
                 "points": sorted(points[i]),
+                "simulator_sha256": simulator,
             }
         )
     return out

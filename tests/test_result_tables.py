@@ -137,6 +137,28 @@ def test_the_capacity_table_compares_sustained_rates_with_the_per_scenario_and_t
     assert rule_b.at_least_best == 1  # only s3, where nobody sustains any rate
 
 
+def test_the_capacity_table_refuses_rates_of_two_simulators(tmp_path: Path) -> None:
+    """Sweeps by two simulators (an engine fix in between), or beside sweeps that did not record it, are not pooled."""
+
+    def sweep(name: str, **simulator: str) -> str:
+        path = tmp_path / name
+        entries = [{"policy": p, "scenario": "s", "max_rate_scale": 1.0, **simulator} for p in ("learned:x", "rule")]
+        path.write_text(json.dumps(entries), encoding="utf-8")
+        return str(path)
+
+    same = [sweep("a.json", simulator_sha256="aaaa"), sweep("a2.json", simulator_sha256="aaaa")]
+    assert capacity.read_sweeps(same) == {"s": {"learned:x": 1.0, "rule": 1.0}}
+    other, unrecorded = sweep("b.json", simulator_sha256="bbbb"), sweep("old.json")
+    with pytest.raises(SystemExit) as refused:
+        capacity.read_sweeps([same[0], other])
+    assert str(refused.value) == (
+        f"{other}: swept by simulator bbbb, {same[0]} by aaaa (the simulator_sha256 field); "
+        "rates of two simulators are not compared"
+    )
+    with pytest.raises(SystemExit, match=r"swept by simulator aaaa, .*old\.json by unrecorded"):
+        capacity.read_sweeps([unrecorded, same[0]])
+
+
 def test_policies_named_not_rules_are_left_out_of_the_best_rule(tmp_path: Path) -> None:
     """A grid optimum or another learned policy swept beside the rules is no rule: it does not raise the bar."""
     entries = [

@@ -226,6 +226,7 @@ def test_sweep_brackets_the_target(tiny_path: Path) -> None:
     assert record["max_rate_scale"] > 0
     assert points[record["max_rate_scale"]] >= 0.9
     assert record["first_failing_scale"] is None or points[record["first_failing_scale"]] < 0.9
+    assert record["simulator_sha256"] == ev.simulator_digest()  # capacity_table.py refuses to pool two simulators
 
 
 def test_cli_writes_tables_and_refuses_bad_specs(tiny_path: Path, tmp_path: Path) -> None:

@@ -47,11 +47,25 @@ class CapacityFigures:
 
 
 def read_sweeps(paths: list[str]) -> dict[str, dict[str, float]]:
-    """Per scenario and policy, the highest sustained rate multiplier (the last file's entry stands)."""
+    """Per scenario and policy, the highest sustained rate multiplier (the last file's entry stands).
+
+    Raises:
+        SystemExit: two entries were measured by different simulators (their ``simulator_sha256``, a digest of the
+            simulator's source; entries written before it existed count as one simulator, "unrecorded"). One line
+            naming both files.
+    """
     table: dict[str, dict[str, float]] = defaultdict(dict)
+    first: tuple[str, str] | None = None  # (simulator, file) of the first entry
     for path in paths:
         with open(path, encoding="utf-8") as handle:
             for entry in json.load(handle):
+                simulator = entry.get("simulator_sha256") or "unrecorded"
+                first = first or (simulator, path)
+                if simulator != first[0]:
+                    raise SystemExit(
+                        f"{path}: swept by simulator {simulator[:12]}, {first[1]} by {first[0][:12]} "
+                        "(the simulator_sha256 field); rates of two simulators are not compared"
+                    )
                 table[entry["scenario"]][entry["policy"]] = float(entry["max_rate_scale"])
     return table
 
