@@ -50,7 +50,9 @@ def _check(table: dict[str, Any]) -> list[str]:
     """What in ``table`` disagrees with its recomputation (empty: all agrees)."""
     versus = _spec(table["versus"]) if table.get("versus") else None
     policies = [_spec(p) for p in table["expect"]]
-    got = summarize.summarize(_flat(table["files"]), policies, bool(table.get("pool_seeds")), versus)
+    got = summarize.summarize(
+        _flat(table["files"]), policies, bool(table.get("pool_seeds")), versus, table.get("starved")
+    )
     wrong = []
     for name, want in table["expect"].items():
         fig = got.figures[_spec(name)]
@@ -102,6 +104,14 @@ def test_the_scenarios_below_the_floor_line_are_counted_with_those_whose_best_ru
     figures = summarize.summarize([str(path)], ["learned:x"]).figures
     assert (figures["learned:x"].below_floor_line, figures["learned:x"].below_starved) == (3, 1)
     assert (figures["baseline:a"].below_floor_line, figures["baseline:a"].below_starved) == (0, 0)
+    only = summarize.summarize([str(path)], ["learned:x"], starved=True)
+    assert only.scenarios == ["s1", "s3"]
+    assert only.figures["learned:x"].below_floor_line == 1
+    assert summarize.summarize([str(path)], ["learned:x"], starved=False).scenarios == ["s2", "s4"]
+    served = tmp_path / "served.csv"  # s2 alone: its rule serves two thirds of the offered load
+    served.write_text("\n".join([lines[0], *[line for line in lines if ",s2," in line]]) + "\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"--starved: no scenario of .*served\.csv is starved"):
+        summarize.summarize([str(served)], ["learned:x"], starved=True)
 
 
 capacity = _load("families_capacity_table", "capacity_table.py")

@@ -1,7 +1,7 @@
 """Summarise `pdctl evaluate` runs on a generated scenario family against its rules (issue 18's yardsticks).
 
 Usage: python experiments/results/families/summarize.py RESULTS.csv [RESULTS.csv ...] --policy SPEC [--policy SPEC]
-       [--pool-seeds] [--versus SPEC]
+       [--pool-seeds] [--versus SPEC] [--starved only|exclude]
 
 Reads the per-scenario ALL rows (mean over seeds) of every given results.csv, takes every `baseline:` / `file:`
 policy as a rule, and prints, per policy named with --policy: its priority-weighted goodput against the
@@ -13,6 +13,9 @@ scenarios whose best rule itself serves less than half the offered weighted load
 With ``--versus SPEC``, every other --policy is also compared with SPEC scenario by scenario: the geometric-mean
 goodput ratio with a 95 % bootstrap interval over scenarios (:func:`agents.paired.paired_ratio`, seed 0). A
 difference whose interval straddles 1.0 is one these scenarios cannot tell from noise.
+
+``--starved only`` (``exclude``) restricts every figure to the scenarios whose best rule serves less than half the
+offered weighted load (to the others); the single best rule is then the best over that subset.
 """
 
 from __future__ import annotations
@@ -124,11 +127,18 @@ class Summary:
     """Against ``versus``: every other policy's paired ratio."""
 
 
-def summarize(paths: list[str], policies: list[str], pool_seeds: bool = False, versus: str | None = None) -> Summary:
+def summarize(
+    paths: list[str],
+    policies: list[str],
+    pool_seeds: bool = False,
+    versus: str | None = None,
+    starved: bool | None = None,
+) -> Summary:
     """The figures of ``policies`` (and of every rule) over the scenarios they and the rules all ran.
 
     ``versus``, when given, is added to ``policies`` and every other policy is compared with it scenario by
-    scenario (:func:`agents.paired.paired_ratio`, seed 0).
+    scenario (:func:`agents.paired.paired_ratio`, seed 0). ``starved`` keeps only the scenarios whose best rule
+    serves less than :data:`STARVED_FRAC` of the offered weighted load (``True``) or only the others (``False``).
     """
     policies = list(policies)
     if versus and versus not in policies:
@@ -148,10 +158,14 @@ def summarize(paths: list[str], policies: list[str], pool_seeds: bool = False, v
         top = table[s][best[s]]["goodput"]
         return table[s][p]["goodput"] / top if top > 0 else 1.0
 
-    def starved(s: str) -> bool:
+    def starved_scenario(s: str) -> bool:
         top = table[s][best[s]]
         return top["offered"] > 0 and top["goodput"] < STARVED_FRAC * top["offered"]
 
+    if starved is not None:
+        scenarios = [s for s in scenarios if starved_scenario(s) == starved]
+        if not scenarios:
+            raise SystemExit(f"--starved: no scenario of {', '.join(paths)} is {'' if starved else 'not '}starved")
     single = max(rules, key=lambda r: _geomean([ratio(s, r) for s in scenarios]))
     figures: dict[str, PolicyFigures] = {}
     for p in [*policies, single, *[r for r in rules if r != single]]:
@@ -170,7 +184,7 @@ def summarize(paths: list[str], policies: list[str], pool_seeds: bool = False, v
             at_least_best=sum(r >= 1.0 - 1e-9 for r in ratios),
             gpu_h=sum(table[s][p]["gpu_h"] for s in scenarios),
             below_floor_line=sum(r < FLOOR_LINE for r in ratios),
-            below_starved=sum(r < FLOOR_LINE and starved(s) for s, r in zip(scenarios, ratios, strict=True)),
+            below_starved=sum(r < FLOOR_LINE and starved_scenario(s) for s, r in zip(scenarios, ratios, strict=True)),
         )
     paired: dict[str, PairedRatio] = {}
     if versus:
@@ -191,8 +205,15 @@ def main() -> None:
         "--pool-seeds", action="store_true", help="average a scenario and policy found in several files (other seeds)"
     )
     parser.add_argument("--versus", help="compare every other --policy with this one, scenario by scenario")
+    parser.add_argument(
+        "--starved",
+        choices=("only", "exclude"),
+        help=f"only the scenarios whose best rule serves less than {STARVED_FRAC:.0%} of the offered weighted load, "
+        "or only the others",
+    )
     args = parser.parse_args()
-    summary = summarize(args.results, args.policy, args.pool_seeds, args.versus)
+    starved = None if args.starved is None else args.starved == "only"
+    summary = summarize(args.results, args.policy, args.pool_seeds, args.versus, starved)
     n = len(summary.scenarios)
     print(f"{n} scenarios; rules: {', '.join(summary.rules)}")
     print(f"single best rule over the set: {summary.single}\n")
