@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -242,3 +244,14 @@ def test_a_quoted_capacity_figure_that_disagrees_with_the_sweeps_is_caught() -> 
         "single best rule: quoted baseline:nope, the sweeps give baseline:aggregated",
         f"{name} share: quoted 0/40, the sweeps give {right['share']}",
     ]
+
+
+@pytest.mark.parametrize("script", ["summarize.py", "capacity_table.py"])
+def test_the_results_scripts_print_their_help(script: str) -> None:
+    """``--help`` renders every option's help (argparse %-formats it: a bare percent sign crashed it once)."""
+    env = {**os.environ, "PYTHONPATH": str(FAMILIES.parents[2])}
+    done = subprocess.run(
+        [sys.executable, script, "--help"], cwd=FAMILIES, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--policy" in done.stdout

@@ -208,7 +208,8 @@ def main() -> None:
     parser.add_argument(
         "--starved",
         choices=("only", "exclude"),
-        help=f"only the scenarios whose best rule serves less than {STARVED_FRAC:.0%} of the offered weighted load, "
+        # argparse %-formats help strings: the percent sign is doubled
+        help=f"only the scenarios whose best rule serves less than {STARVED_FRAC:.0%}% of the offered weighted load, "
         "or only the others",
     )
     args = parser.parse_args()
