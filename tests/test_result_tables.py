@@ -6,7 +6,6 @@ Each table of ``experiments/results/families/checked-tables.yaml`` is recomputed
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -19,19 +18,15 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.script_modules import load_script
+
 FAMILIES = Path(__file__).resolve().parents[1] / "experiments/results/families"
 LEARNED = "learned:experiments/results/learned"
 
 
 def _load(name: str, filename: str) -> ModuleType:
     """A script of the results folder, imported as a module."""
-    spec = importlib.util.spec_from_file_location(name, FAMILIES / filename)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return load_script(FAMILIES / filename, name)
 
 
 summarize = _load("families_summarize", "summarize.py")
@@ -255,3 +250,45 @@ def test_the_results_scripts_print_their_help(script: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "--policy" in done.stdout
+
+
+HEADROOM_TABLES: list[dict[str, Any]] = CHECKED["headroom_tables"]
+headroom = load_script(FAMILIES.parents[1] / "admission_headroom.py", "admission_headroom")
+
+
+def _check_headroom(table: dict[str, Any]) -> list[str]:
+    """What in ``table`` disagrees with ``admission_headroom.py``'s summary of its CSV (empty: all agrees)."""
+    got = headroom.summarize(FAMILIES / table["csv"])
+    wrong = []
+    for name, want in table["expect"].items():
+        spread = got.headroom[name]
+        seen = {
+            "count": spread.count,
+            "median": round(spread.median, 2),
+            "q1": round(spread.q1, 2),
+            "q3": round(spread.q3, 2),
+            "above_one": got.above_one[name],
+            "policy_vs_best": round(got.policy_vs_best[name], 3),
+            "policy_vs_admission": round(got.policy_vs_admission[name], 3),
+        }
+        wrong += [f"{name} {k}: quoted {v}, the CSV gives {seen[k]}" for k, v in want.items() if seen[k] != v]
+    for pattern, want in table["patterns"].items():
+        median = round(got.sustained_over_estimate[pattern].median, 2)
+        if median != want:
+            wrong.append(f"pattern {pattern}: quoted {want}, the CSV gives {median}")
+    return wrong
+
+
+@pytest.mark.parametrize("table", HEADROOM_TABLES, ids=[t["name"] for t in HEADROOM_TABLES])
+def test_a_quoted_headroom_table_is_what_its_csv_gives(table: dict[str, Any]) -> None:
+    assert _check_headroom(table) == []
+
+
+def test_a_quoted_headroom_figure_that_disagrees_with_the_csv_is_caught() -> None:
+    table = HEADROOM_TABLES[0]
+    right = table["expect"]["starved"]
+    wrong = {**table, "expect": {"starved": {**right, "median": 9.99}}, "patterns": {"steady": 0.01}}
+    assert _check_headroom(wrong) == [
+        f"starved median: quoted 9.99, the CSV gives {right['median']}",
+        f"pattern steady: quoted 0.01, the CSV gives {table['patterns']['steady']}",
+    ]
