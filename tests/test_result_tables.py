@@ -47,8 +47,9 @@ def _check(table: dict[str, Any]) -> list[str]:
     """What in ``table`` disagrees with its recomputation (empty: all agrees)."""
     versus = _spec(table["versus"]) if table.get("versus") else None
     policies = [_spec(p) for p in table["expect"]]
+    only = summarize.read_names(str(FAMILIES / table["scenarios_from"])) if table.get("scenarios_from") else None
     got = summarize.summarize(
-        _flat(table["files"]), policies, bool(table.get("pool_seeds")), versus, table.get("starved")
+        _flat(table["files"]), policies, bool(table.get("pool_seeds")), versus, table.get("starved"), only
     )
     wrong = []
     for name, want in table["expect"].items():
@@ -109,6 +110,17 @@ def test_the_scenarios_below_the_floor_line_are_counted_with_those_whose_best_ru
     served.write_text("\n".join([lines[0], *[line for line in lines if ",s2," in line]]) + "\n", encoding="utf-8")
     with pytest.raises(SystemExit, match=r"--starved: no scenario of .*served\.csv is starved"):
         summarize.summarize([str(served)], ["learned:x"], starved=True)
+    names = tmp_path / "names.txt"
+    names.write_text("# the feasible ones\ns2\n\ns4  # no offered load\nelsewhere\n", encoding="utf-8")
+    picked = summarize.summarize([str(path)], ["learned:x"], only=summarize.read_names(str(names)))
+    assert picked.scenarios == ["s2", "s4"]
+    assert picked.figures["learned:x"].below_floor_line == 2
+    assert summarize.summarize([str(path)], ["learned:x"], starved=False, only=frozenset({"s2"})).scenarios == ["s2"]
+    with pytest.raises(SystemExit, match="--scenarios-from: none of its scenarios is among those of"):
+        summarize.summarize([str(path)], ["learned:x"], only=frozenset({"elsewhere"}))
+    names.write_text("# nothing\n\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=f"--scenarios-from {names}: names no scenario"):
+        summarize.read_names(str(names))
 
 
 capacity = _load("families_capacity_table", "capacity_table.py")

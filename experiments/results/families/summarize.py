@@ -1,7 +1,7 @@
 """Summarise `pdctl evaluate` runs on a generated scenario family against its rules (issue 18's yardsticks).
 
 Usage: python experiments/results/families/summarize.py RESULTS.csv [RESULTS.csv ...] --policy SPEC [--policy SPEC]
-       [--pool-seeds] [--versus SPEC] [--starved only|exclude]
+       [--pool-seeds] [--versus SPEC] [--starved only|exclude] [--scenarios-from FILE]
 
 Reads the per-scenario ALL rows (mean over seeds) of every given results.csv, takes every `baseline:` / `file:`
 policy as a rule, and prints, per policy named with --policy: its priority-weighted goodput against the
@@ -15,7 +15,8 @@ goodput ratio with a 95 % bootstrap interval over scenarios (:func:`agents.paire
 difference whose interval straddles 1.0 is one these scenarios cannot tell from noise.
 
 ``--starved only`` (``exclude``) restricts every figure to the scenarios whose best rule serves less than half the
-offered weighted load (to the others); the single best rule is then the best over that subset.
+offered weighted load (to the others); the single best rule is then the best over that subset. ``--scenarios-from
+FILE`` restricts them to the scenarios the file names, one per line.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import csv
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from agents.paired import PairedRatio, paired_ratio
 
@@ -133,12 +135,14 @@ def summarize(
     pool_seeds: bool = False,
     versus: str | None = None,
     starved: bool | None = None,
+    only: frozenset[str] | None = None,
 ) -> Summary:
     """The figures of ``policies`` (and of every rule) over the scenarios they and the rules all ran.
 
     ``versus``, when given, is added to ``policies`` and every other policy is compared with it scenario by
     scenario (:func:`agents.paired.paired_ratio`, seed 0). ``starved`` keeps only the scenarios whose best rule
     serves less than :data:`STARVED_FRAC` of the offered weighted load (``True``) or only the others (``False``).
+    ``only`` keeps only the scenarios it names (the single best rule is then the best over them).
     """
     policies = list(policies)
     if versus and versus not in policies:
@@ -166,6 +170,10 @@ def summarize(
         scenarios = [s for s in scenarios if starved_scenario(s) == starved]
         if not scenarios:
             raise SystemExit(f"--starved: no scenario of {', '.join(paths)} is {'' if starved else 'not '}starved")
+    if only is not None:
+        scenarios = [s for s in scenarios if s in only]
+        if not scenarios:
+            raise SystemExit(f"--scenarios-from: none of its scenarios is among those of {', '.join(paths)}")
     single = max(rules, key=lambda r: _geomean([ratio(s, r) for s in scenarios]))
     figures: dict[str, PolicyFigures] = {}
     for p in [*policies, single, *[r for r in rules if r != single]]:
@@ -196,6 +204,18 @@ def summarize(
     return Summary(scenarios, rules, single, counts, figures, paired)
 
 
+def read_names(path: str) -> frozenset[str]:
+    """Scenario names, one per line (blank lines and ``#`` comments skipped); refuses a missing or empty file."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise SystemExit(f"--scenarios-from {path}: {exc.strerror}") from None
+    names = frozenset(line.split("#", 1)[0].strip() for line in lines) - {""}
+    if not names:
+        raise SystemExit(f"--scenarios-from {path}: names no scenario")
+    return names
+
+
 def main() -> None:
     """Print the summary table (Markdown)."""
     parser = argparse.ArgumentParser()
@@ -212,9 +232,14 @@ def main() -> None:
         help=f"only the scenarios whose best rule serves less than {STARVED_FRAC:.0%}% of the offered weighted load, "
         "or only the others",
     )
+    parser.add_argument(
+        "--scenarios-from",
+        help="only the scenarios named in this file (one name per line; blank lines and # comments are skipped)",
+    )
     args = parser.parse_args()
     starved = None if args.starved is None else args.starved == "only"
-    summary = summarize(args.results, args.policy, args.pool_seeds, args.versus, starved)
+    only = None if args.scenarios_from is None else read_names(args.scenarios_from)
+    summary = summarize(args.results, args.policy, args.pool_seeds, args.versus, starved, only)
     n = len(summary.scenarios)
     print(f"{n} scenarios; rules: {', '.join(summary.rules)}")
     print(f"single best rule over the set: {summary.single}\n")
