@@ -17,6 +17,8 @@ chooses, a group is run by one of the rules a platform team already trusts, neve
   :attr:`SelectorManifest.switch_evidence` ``since_switch``, on the mean since the group's last change; it
   starts under the manifest's first rule (the watchdog's fallback by default) or, with
   :attr:`SelectorManifest.first_decision` ``scored``, under the rule its first window scores best.
+* **Flap damping** (with :attr:`SelectorBehaviour.failed_rule_bar_s`): a rule a group was switched to and soon
+  switched back from is barred from that group's choice for a while, longer at each repeat.
 * **Pools.** A rule that sizes pools (``aggregated``) sets them; under a rule that holds pools as deployed, the
   group returns to the split the selector found at its first decision, relative to the budget
   (:class:`policies.watchdog.BudgetSplit`), so leaving ``aggregated`` restores the deployed prefill pool.
@@ -213,6 +215,15 @@ class SelectorBehaviour(BaseModel):
     first_decision: Literal["first_rule", "scored"] = "first_rule"
     """At a group's first decision: start under the first rule and let the patience run (``first_rule``), or act
     at once as the best-scored rule (``scored``: nothing was chosen before, so there is nothing to flap from)."""
+    failed_rule_bar_s: float = Field(default=0.0, ge=0.0, le=86_400)
+    """Flap damping (0 = off). When the selector switches a group back to the rule it held just before the acting
+    one, within this long of switching to the acting one, that rule's trial failed: it is barred from the group's
+    choice for this long, doubling with each further failed trial of it in that group. The network judges a rule
+    from windows of the state the acting rule keeps, and a healthy state is where it rates the rule that runs the
+    system hardest best: traced on a validation scenario (default-10141), a group went from isl-bounding to legacy
+    and back three times in seven minutes, legacy's windows collapsing within 30 s each time, at a seventh of the
+    best rule's goodput. Only a reverted rule is barred, not one left for a third rule, and the transfer fallback
+    acts whatever is barred (its move to ``aggregated`` is no trial)."""
 
     @model_validator(mode="after")
     def _dwell_needs_settling(self) -> SelectorBehaviour:
@@ -454,6 +465,13 @@ class _GroupState:
     ratio_sum: np.ndarray | None = None
     """Predicted goodput ratios summed over the judged windows since the last change (``since_switch``)."""
     ratio_windows: int = 0
+    trial_since_s: float | None = None
+    """When the selector switched the group to its acting rule (None: the rule was not switched to, so it is on no
+    trial; ``failed_rule_bar_s``)."""
+    previous: int | None = None
+    """The rule the group held before the acting one, when the acting one is on trial."""
+    bars: dict[int, tuple[float, int]] = field(default_factory=dict)
+    """Rule → (barred until, s; failed trials so far) (``failed_rule_bar_s``)."""
 
 
 @dataclass
@@ -539,9 +557,10 @@ class RuleSelector:
             if self.manifest.hold_while_objectives_met and group_met_objectives(
                 observation.window, context, group.name
             ):
-                chosen.append(self._advance(state, state.rule))
+                chosen.append(self._advance(state, state.rule, context.now_s))
                 continue
-            chosen.append(self._advance(state, self._challenger(state, self._evidence(state, scores[gi]))))
+            evidence = self._evidence(state, scores[gi])
+            chosen.append(self._advance(state, self._challenger(state, evidence, context.now_s), context.now_s))
         decisions = {i: self.rules[i].decide(observation, context) for i in sorted(set(chosen))}
         pools: dict[str, PoolTargets] = {}
         for gi, group in enumerate(context.groups):
@@ -597,6 +616,7 @@ class RuleSelector:
         if state.rule != fallback:
             state.rule, state.proposed, state.streak = fallback, None, 0
             state.ratio_sum, state.ratio_windows = None, 0
+            state.trial_since_s, state.previous = None, None  # a safety move, not a trial of the rule
         state.routing = fallback
         return True
 
@@ -628,8 +648,15 @@ class RuleSelector:
         state.ratio_windows += 1
         return _ratio_logits(state.ratio_sum / state.ratio_windows)
 
-    def _challenger(self, state: _GroupState, scores: np.ndarray) -> int:
-        """The best-scored rule, or the acting one when the best does not beat it by ``switch_margin_frac``."""
+    def _challenger(self, state: _GroupState, scores: np.ndarray, now_s: float) -> int:
+        """The best-scored rule not barred, or the acting one when the best does not beat it by the margin.
+
+        Barred rules: ``failed_rule_bar_s``; the margin: ``switch_margin_frac``.
+        """
+        barred = [r for r, (until_s, _) in state.bars.items() if r != state.rule and until_s > now_s]
+        if barred:
+            scores = np.array(scores, dtype=np.float64)
+            scores[barred] = -np.inf
         best = int(np.argmax(scores))
         margin = self.manifest.switch_margin_frac
         if best == state.rule or margin <= 0:
@@ -637,7 +664,7 @@ class RuleSelector:
         gain = _predicted_ratio(scores[best]) - _predicted_ratio(scores[state.rule])
         return best if gain >= margin else state.rule
 
-    def _advance(self, state: _GroupState, best: int) -> int:
+    def _advance(self, state: _GroupState, best: int, now_s: float) -> int:
         if best == state.rule:
             state.proposed, state.streak = None, 0
             return state.rule
@@ -645,9 +672,23 @@ class RuleSelector:
         state.streak = state.streak + 1 if same else 1
         state.proposed = best
         if state.streak >= self.manifest.switch_patience_intervals:
+            self._end_trial(state, best, now_s)
+            state.previous, state.trial_since_s = state.rule, now_s
             state.rule, state.proposed, state.streak = best, None, 0
             state.ratio_sum, state.ratio_windows = None, 0
         return state.rule
+
+    def _end_trial(self, state: _GroupState, best: int, now_s: float) -> None:
+        """Bar the acting rule when the group goes back to ``best``, the rule before it, soon after switching to it.
+
+        Soon: within ``failed_rule_bar_s``.
+        """
+        bar_s = self.manifest.failed_rule_bar_s
+        trial = state.trial_since_s
+        if bar_s <= 0 or trial is None or best != state.previous or now_s - trial >= bar_s:
+            return
+        failed = state.bars.get(state.rule, (0.0, 0))[1] + 1
+        state.bars[state.rule] = (now_s + bar_s * 2 ** (failed - 1), failed)
 
 
 def _score_ratios(scores: np.ndarray) -> np.ndarray:

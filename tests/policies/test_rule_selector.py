@@ -365,6 +365,42 @@ def test_any_better_patience_leaves_a_rule_that_every_interval_scores_below_anot
     assert anyb.chosen_rules()["hot"] == "dynamo-isl-bounding"  # the latest best, after two intervals
 
 
+@pytest.mark.parametrize("bar_s", [0.0, 100.0])
+def test_a_rule_soon_switched_back_from_is_barred_for_longer_at_each_repeat(bar_s: float) -> None:
+    high = {"hot": PoolTargets(6, 2), "cool": PoolTargets(6, 2)}  # aggregated scores best
+    low = {"hot": PoolTargets(1, 7), "cool": PoolTargets(1, 7)}  # legacy scores best
+    selector = RuleSelector(
+        _manifest(failed_rule_bar_s=bar_s), SelectorNetwork.from_tensors(_tensors(), len(RULES)), source="t"
+    )
+    seen: dict[float, str] = {}
+    for step, pools in enumerate((high, high, low, low, *[high] * 11, low, low, high, high)):
+        _decide(selector, pools, now_s=10.0 * step)
+        seen[10.0 * step] = selector.chosen_rules()["hot"]
+    assert seen[10.0] == "aggregated"  # switched to at 10 s: on trial
+    assert seen[30.0] == "dynamo-legacy"  # back to the rule before, 20 s later: a failed trial, barred until 130 s
+    if bar_s == 0:
+        assert seen[50.0] == "aggregated"  # no damping: again at once
+        return
+    assert seen[50.0] == "dynamo-legacy"
+    assert seen[120.0] == "dynamo-legacy"  # still barred, though it scored best since 40 s
+    assert seen[130.0] == "dynamo-legacy"  # free from 130 s: the patience counts from there
+    assert seen[140.0] == "aggregated"
+    assert seen[160.0] == "dynamo-legacy"  # failed again, 20 s after: barred for 200 s, until 360 s
+    assert seen[180.0] == "dynamo-legacy"
+    assert selector.chosen_rules()["cool"] == "dynamo-legacy"  # each group has its own bars
+
+
+def test_a_rule_left_soon_for_a_third_rule_is_not_barred() -> None:
+    high = {"hot": PoolTargets(6, 2), "cool": PoolTargets(6, 2)}  # aggregated scores best
+    low = {"hot": PoolTargets(1, 7), "cool": PoolTargets(1, 7)}  # isl-bounding scores best
+    selector = _three_rule_selector(failed_rule_bar_s=1000.0)
+    for step, pools in enumerate((high, high, low, low, high, high)):
+        _decide(selector, pools, now_s=10.0 * step)
+        if step == 3:
+            assert selector.chosen_rules()["hot"] == "dynamo-isl-bounding"  # aggregated left after 20 s, not reverted
+    assert selector.chosen_rules()["hot"] == "aggregated"
+
+
 @pytest.mark.parametrize(("margin", "switches"), [(0.0, True), (0.3, True), (0.5, False)])
 def test_a_challenger_counts_only_when_its_predicted_ratio_clears_the_switch_margin(
     margin: float, switches: bool
