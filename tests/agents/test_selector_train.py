@@ -511,6 +511,7 @@ def test_the_recipe_and_the_manifest_share_one_definition_of_how_the_selector_ac
         "hold_while_objectives_met",
         "dwell_after_start",
         "first_decision",
+        "failed_rule_bar_s",
     }
     assert fields <= set(SelectorConfig.model_fields)
     assert fields <= set(SelectorManifest.model_fields)
@@ -523,6 +524,7 @@ def test_the_recipe_and_the_manifest_share_one_definition_of_how_the_selector_ac
         transfer_fallback=True,
         hold_while_objectives_met=True,
         dwell_after_start=True,
+        failed_rule_bar_s=300.0,
     )
     manifest = SelectorManifest(
         schema_version=1, feature_hash="x", rules=recipe.rules, hidden_width=4, **recipe.behaviour()
