@@ -97,11 +97,12 @@ baseline's parameters (keyword arguments of its parameter dataclass)."""
 WATCHDOG_FALLBACK = "baseline:dynamo-legacy"
 
 DEFAULT_LEARNED_ARTIFACT = (
-    Path(__file__).resolve().parents[1] / "experiments/results/learned/selector-dwell-w8-margin-policy"
+    Path(__file__).resolve().parents[1] / "experiments/results/learned/selector-dwell-w8-margin-bar-policy"
 )
-"""The shipped default learned policy: the rule selector of ``experiments/selector-dwell-w8-margin.yaml`` (8-interval
-label windows, a 0.05 switch margin, ``transfer_fallback`` on; in a source checkout; see
-experiments/results/families/README-learned.md and experiments/results/families/share-first/)."""
+"""The shipped default learned policy: the rule selector of ``experiments/selector-dwell-w8-margin-bar.yaml``
+(8-interval label windows, a 0.05 switch margin, ``transfer_fallback`` on, a 300 s bar on a rule switched back from;
+in a source checkout; see experiments/results/families/README-learned.md and
+experiments/results/families/flap-damping/)."""
 
 DEFAULT_LEARNED_SPEC = f"learned:{DEFAULT_LEARNED_ARTIFACT}"
 """What ``learned:default`` stands for: the default learned policy as it ships (its safety layer is the guard every
