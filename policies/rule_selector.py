@@ -79,6 +79,7 @@ from policies.watchdog import BudgetSplit
 
 __all__ = [
     "GROUP_INPUT_WIDTH",
+    "MAX_BAR_DOUBLINGS",
     "SELECTOR_FORMAT",
     "TENSOR_NAMES",
     "TRANSFER_COLUMNS",
@@ -95,6 +96,10 @@ __all__ = [
 SELECTOR_FORMAT = "pdctl-rule-selector"
 GROUP_INPUT_WIDTH = 2 * len(SET_GROUP_FEATURES) + 4 * len(SET_TENANT_FEATURES)
 """One group's input: its row (values, known flags), then the mean and the maximum of its tenants' rows."""
+MAX_BAR_DOUBLINGS = 5
+"""A rule's bar doubles with each failed trial up to ``2 ** MAX_BAR_DOUBLINGS`` × ``failed_rule_bar_s`` (32×: 2 h 40
+min at 300 s), so a controller that runs for weeks never bars a rule for good. Below the cap in any evaluated run: five
+bars of 300 s take 2 h 35 min, longer than any scenario."""
 UNVARIED_SCALE = 1e-3
 """The input scale a fit gives a feature that never varied in its training data (the floor of the standard
 deviation, :func:`agents.selector_fit.fit_selector`); at run time such a feature is held at its training value."""
@@ -218,7 +223,8 @@ class SelectorBehaviour(BaseModel):
     failed_rule_bar_s: float = Field(default=0.0, ge=0.0, le=86_400)
     """Flap damping (0 = off). When the selector switches a group back to the rule it held just before the acting
     one, within this long of switching to the acting one, that rule's trial failed: it is barred from the group's
-    choice for this long, doubling with each further failed trial of it in that group. The network judges a rule
+    choice for this long, doubling with each further failed trial of it in that group (up to
+    :data:`MAX_BAR_DOUBLINGS` times). The network judges a rule
     from windows of the state the acting rule keeps, and a healthy state is where it rates the rule that runs the
     system hardest best: traced on a validation scenario (default-10141), a group went from isl-bounding to legacy
     and back three times in seven minutes, legacy's windows collapsing within 30 s each time, at a seventh of the
@@ -688,7 +694,7 @@ class RuleSelector:
         if bar_s <= 0 or trial is None or best != state.previous or now_s - trial >= bar_s:
             return
         failed = state.bars.get(state.rule, (0.0, 0))[1] + 1
-        state.bars[state.rule] = (now_s + bar_s * 2 ** (failed - 1), failed)
+        state.bars[state.rule] = (now_s + bar_s * 2 ** min(failed - 1, MAX_BAR_DOUBLINGS), failed)
 
 
 def _score_ratios(scores: np.ndarray) -> np.ndarray:

@@ -20,6 +20,7 @@ from policies.policy_file import PolicyFile, resolve_policy
 from policies.registry import LoadOptions, build_policy, layout_problem
 from policies.rule_selector import (
     GROUP_INPUT_WIDTH,
+    MAX_BAR_DOUBLINGS,
     TRANSFER_COLUMNS,
     UNVARIED_SCALE,
     RuleSelector,
@@ -388,6 +389,25 @@ def test_a_rule_soon_switched_back_from_is_barred_for_longer_at_each_repeat(bar_
     assert seen[160.0] == "dynamo-legacy"  # failed again, 20 s after: barred for 200 s, until 360 s
     assert seen[180.0] == "dynamo-legacy"
     assert selector.chosen_rules()["cool"] == "dynamo-legacy"  # each group has its own bars
+
+
+def test_a_bar_stops_doubling_at_the_cap_so_no_rule_is_barred_for_good() -> None:
+    high = {"hot": PoolTargets(6, 2), "cool": PoolTargets(6, 2)}  # aggregated scores best
+    low = {"hot": PoolTargets(1, 7), "cool": PoolTargets(1, 7)}  # legacy scores best
+    selector = RuleSelector(
+        _manifest(failed_rule_bar_s=10.0), SelectorNetwork.from_tensors(_tensors(), len(RULES)), source="t"
+    )
+    now_s, bars = 0.0, []
+    for _ in range(MAX_BAR_DOUBLINGS + 3):  # trial aggregated, revert at once, wait out its bar, again
+        for pools in (high, high, low, low):
+            _decide(selector, pools, now_s=now_s)
+            now_s += 1.0
+        until_s, failed = selector._groups["hot"].bars[1]
+        bars.append(until_s - (now_s - 1.0))
+        now_s = until_s
+    assert bars[:3] == [10.0, 20.0, 40.0]
+    assert bars[-1] == bars[-2] == 10.0 * 2**MAX_BAR_DOUBLINGS
+    assert failed == MAX_BAR_DOUBLINGS + 3
 
 
 def test_a_rule_left_soon_for_a_third_rule_is_not_barred() -> None:
