@@ -8,7 +8,7 @@ Usage: python experiments/admission_headroom.py RESULTS.csv [RESULTS.csv ...] --
 ``--scenarios-dir`` (``NAME.yaml``), one seed. For every scenario all the rules ran on, the best rule there (highest
 priority-weighted goodput at the offered load) is swept for the highest rate multiplier at which at least
 ``--target`` of the requests meet both objectives (:func:`agents.evaluate.sweep_rate`, as ``pdctl evaluate
---sweep-rate``), and then run once at that multiplier for its weighted goodput.
+--sweep-rate``); the sweep's run at that multiplier gives its weighted goodput.
 
 Multiplying every tenant's arrival rate by *m* is, for Poisson arrivals, the same in distribution as admitting each
 arriving request with probability *m* and refusing the rest at once (for trace replays, an approximation). So the
@@ -38,7 +38,7 @@ from pathlib import Path
 import yaml
 
 from agents.evaluate import ALL_TENANTS, simulator_digest, sweep_rate
-from agents.harness import RunSpec, run_many
+from agents.harness import RunResult
 
 STARVED_FRAC = 0.5
 """As ``experiments/results/families/summarize.py``: a best rule serving less than this of the offered weighted load."""
@@ -117,25 +117,26 @@ def main() -> None:
             raise SystemExit(f"--policy {args.policy}: no row for scenario {scenario}")
     if not best:
         raise SystemExit(f"{args.results[0]}: no scenario has rows of all of {', '.join(rules)}")
+    probed: dict[tuple[str, float], float] = {}  # (scenario, multiplier) -> weighted goodput of the sweep's probe
+
+    def keep(result: RunResult) -> None:
+        if result.error is None:
+            total = next(r for r in result.rows if r["tenant"] == ALL_TENANTS)
+            key = (Path(result.spec.scenario_path).stem, result.spec.rate_scale)
+            probed[key] = float(total["weighted_goodput_rps"])
+
     sustainable: dict[str, float] = {}
     for rule in rules:
         mine = [args.scenarios_dir / f"{s}.yaml" for s, r in best.items() if r == rule]
         if mine:
-            for rec in sweep_rate(
-                mine, [rule], [args.seed], target_frac=args.target, workers=args.workers, traces_dir=traces
-            ):
+            records = sweep_rate(
+                mine, [rule], [args.seed], target_frac=args.target, workers=args.workers, traces_dir=traces,
+                on_done=keep,
+            )  # fmt: skip
+            for rec in records:
                 sustainable[rec["scenario"]] = float(rec["max_rate_scale"])
-    specs = [
-        RunSpec(best[s], str(args.scenarios_dir / f"{s}.yaml"), args.seed, m, traces_dir=traces)
-        for s, m in sorted(sustainable.items())
-        if m > 0
-    ]
-    shed_goodput = dict.fromkeys(sustainable, 0.0)
-    for result in run_many(specs, args.workers):
-        if result.error is not None:
-            raise SystemExit(f"{result.spec.scenario_path} at x{result.spec.rate_scale:g}: {result.error}")
-        total = next(r for r in result.rows if r["tenant"] == ALL_TENANTS)
-        shed_goodput[Path(result.spec.scenario_path).stem] = float(total["weighted_goodput_rps"])
+    # the sweep already ran each rule at the multiplier it reports: its goodput there is the probe's
+    shed_goodput = {s: probed[(s, m)] if m > 0 else 0.0 for s, m in sustainable.items()}
     write_table(args, rows, best, sustainable, shed_goodput)
     print(f"wrote {args.out}: {len(best)} scenarios, seed {args.seed}, target {args.target:g}")
     print_summary(args.out, args.policy)
