@@ -201,8 +201,13 @@ def evaluate(
     grid_cache: Path | None = None,
     on_done: Callable[[RunResult], None] | None = None,
     on_grid_progress: Callable[[int, int], None] | None = None,
+    admission_ttft_slack_frac: float | None = None,
 ) -> Evaluation:
-    """Run every policy × scenario × seed (the first seed records timelines and samples for plots)."""
+    """Run every policy × scenario × seed (the first seed records timelines and samples for plots).
+
+    ``admission_ttft_slack_frac`` runs every policy behind the router's admission stage
+    (:class:`policies.admission.AdmissionConfig`); its rows name the policy ``SPEC+admission``.
+    """
     grid_points: dict[str, dict[str, Any]] = {}
     if any(p.startswith("grid:") for p in policies):
         for path in scenarios:
@@ -231,6 +236,7 @@ def evaluate(
             grid_point=grid_points.get(str(path)) if policy.startswith("grid:") else None,
             traces_dir=traces_dir,
             candidate_points=candidates.get(str(path), ()) if policy.startswith("expert:") else (),
+            admission_ttft_slack_frac=admission_ttft_slack_frac,
         )
         for path in scenarios
         for policy in policies
@@ -290,15 +296,15 @@ def write_results(evaluation: Evaluation, out: Path, command: str) -> None:
         "runs": rows,
         "grid": {Path(k).stem: v for k, v in evaluation.grid_points.items()},
         "errors": [
-            {"policy": r.spec.policy, "scenario": r.scenario, "seed": r.spec.seed, "error": r.error}
+            {"policy": r.spec.label, "scenario": r.scenario, "seed": r.spec.seed, "error": r.error}
             for r in evaluation.runs
             if r.error is not None
         ],
-        "wall_s": {f"{r.spec.policy}|{r.scenario}|{r.spec.seed}": r.wall_s for r in evaluation.runs},
+        "wall_s": {f"{r.spec.label}|{r.scenario}|{r.spec.seed}": r.wall_s for r in evaluation.runs},
         "expert_choices": {
-            f"{r.spec.policy}|{r.scenario}|{r.spec.seed}": r.expert_choices for r in evaluation.runs if r.expert_choices
+            f"{r.spec.label}|{r.scenario}|{r.spec.seed}": r.expert_choices for r in evaluation.runs if r.expert_choices
         },
-        "watchdog": {f"{r.spec.policy}|{r.scenario}|{r.spec.seed}": r.watchdog for r in evaluation.runs if r.watchdog},
+        "watchdog": {f"{r.spec.label}|{r.scenario}|{r.spec.seed}": r.watchdog for r in evaluation.runs if r.watchdog},
     }
     (out / "results.json").write_text(json.dumps(payload, indent=1, default=_json_default) + "\n")
     (out / "COMMAND.txt").write_text(command + "\n")
@@ -347,6 +353,7 @@ def sweep_rate(
     traces_dir: str | None = None,
     grid_points: Mapping[str, Mapping[str, Any]] | None = None,
     on_done: Callable[[RunResult], None] | None = None,
+    admission_ttft_slack_frac: float | None = None,
 ) -> list[dict[str, Any]]:
     """Per policy and scenario, the highest rate multiplier at which ≥ ``target_frac`` of requests meet both SLOs.
 
@@ -369,7 +376,17 @@ def sweep_rate(
                 continue
             gp = dict(grid_points[path]) if grid_points and policy.startswith("grid:") else None
             for seed in seeds:
-                specs.append(RunSpec(policy, path, seed, probe_of[i], grid_point=gp, traces_dir=traces_dir))
+                specs.append(
+                    RunSpec(
+                        policy,
+                        path,
+                        seed,
+                        probe_of[i],
+                        grid_point=gp,
+                        traces_dir=traces_dir,
+                        admission_ttft_slack_frac=admission_ttft_slack_frac,
+                    )
+                )
                 owners.append(i)
         results = run_many(specs, workers, on_done)
         by_state: dict[int, list[float]] = {}
@@ -411,7 +428,7 @@ def sweep_rate(
         lo, hi = bracket[i]
         out.append(
             {
-                "policy": policy,
+                "policy": RunSpec(policy, path, 0, admission_ttft_slack_frac=admission_ttft_slack_frac).label,
                 "scenario": Path(path).stem,
                 "max_rate_scale": lo,
                 "first_failing_scale": hi,

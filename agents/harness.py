@@ -28,6 +28,7 @@ from agents.runs import episode_env, run_episode, scale_rates
 from env.gym_env import ControlStep, PDClusterEnv, resolve_scenario
 from env.sim.records import SimRequest
 from env.sim.simulator import ClusterSimulator
+from policies.admission import AdmissionConfig
 from policies.schema import Tenant
 from policies.scoring import quantiles, slo_attainment_frac, slo_met_mask
 from policies.watchdog import SloWatchdog
@@ -87,6 +88,16 @@ class RunSpec:
     traces_dir: str | None = None
     candidate_points: tuple[dict[str, Any], ...] = ()
     """``expert:H`` only: the static configurations among its candidates."""
+    admission_ttft_slack_frac: float | None = None
+    """The router's admission stage (:class:`policies.admission.AdmissionConfig`); None: every request admitted."""
+
+    @property
+    def label(self) -> str:
+        """The policy as result rows name it: its spec, with ``+admission`` (and the slack unless 1) when on."""
+        slack = self.admission_ttft_slack_frac
+        if slack is None:
+            return self.policy
+        return f"{self.policy}+admission" if slack == 1.0 else f"{self.policy}+admission{slack:g}"
 
 
 @dataclass(slots=True)
@@ -155,7 +166,7 @@ def run_one(spec: RunSpec) -> RunResult:
     scenario = scale_rates(resolve_scenario(Path(spec.scenario_path), spec.traces_dir), spec.rate_scale)
     policy = make_policy(spec.policy, scenario, spec.grid_point, spec.candidate_points)
     try:  # only a learned policy fixes the slot layout; rule policies run scenarios of any size
-        env = episode_env(scenario, policy, spec.traces_dir)
+        env = episode_env(scenario, policy, spec.traces_dir, admission=AdmissionConfig(spec.admission_ttft_slack_frac))
     except ValueError as exc:
         raise ValueError(f"policy {spec.policy}: {exc}") from None
     tally = _Tally()
@@ -253,7 +264,7 @@ def run_one_safe(spec: RunSpec) -> RunResult:
 
 def _row(spec: RunSpec, scenario: str, tenant: str) -> dict[str, Any]:
     row: dict[str, Any] = {
-        "policy": spec.policy,
+        "policy": spec.label,
         "scenario": scenario,
         "seed": spec.seed,
         "rate_scale": spec.rate_scale,

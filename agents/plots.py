@@ -108,7 +108,7 @@ def plot_cdfs(runs: Sequence[RunResult], out_dir: Path) -> list[Path]:
     plt = _pyplot()
     written = []
     for scenario, members in _by_scenario([run for run in runs if run.samples]):
-        colors = _colors([r.spec.policy for r in members])
+        colors = _colors([r.spec.label for r in members])
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
         for run in members:
             for ax, metric in zip(axes, ("ttft_s", "tpot_s"), strict=True):
@@ -116,7 +116,7 @@ def plot_cdfs(runs: Sequence[RunResult], out_dir: Path) -> list[Path]:
                 if values.size == 0:
                     continue
                 frac = np.arange(1, values.size + 1) / values.size
-                ax.step(values, frac, where="post", label=label(run.spec.policy), color=colors[run.spec.policy])
+                ax.step(values, frac, where="post", label=label(run.spec.label), color=colors[run.spec.label])
         for ax, title in zip(axes, ("TTFT (s)", "TPOT (s)"), strict=True):
             ax.set_xscale("log")
             ax.set_xlabel(title)
@@ -158,7 +158,7 @@ def _decision_panel(top: Any, bottom: Any, run: RunResult) -> None:
     top.step(t, decode, where="post", color="tab:orange", lw=1.4, ls="--", label="decode")
     top.set_ylim(-0.3, max(float(np.max(prefill + decode)), 1.0) + 0.5)
     top.set_ylabel("instances", fontsize=7)
-    title = label(run.spec.policy)
+    title = label(run.spec.label)
     if run.spec.grid_point is not None:
         pools = ",".join(f"{p[0]}P{p[1]}D" for p in run.spec.grid_point["pools"].values())
         title += f"\n{pools} {run.spec.grid_point['route']}"

@@ -28,6 +28,7 @@ from env.sim.build import build_simulator, generate_workloads, load_profile
 from env.sim.simulator import ClusterSimulator
 from env.workloads.columns import RequestColumns
 from policies.action_codec import ActionCodec
+from policies.admission import AdmissionConfig
 from policies.base import Policy, PolicyContext
 from policies.control import ControlEffects, ControlInputs, ControlState, control_step, policy_context
 from policies.features import Observation, ObservationContext, ObservationLayout, build_observation
@@ -211,8 +212,11 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
         traces_dir: str | Path | None = None,
         overrides: Sequence[Override] = (),
         wall_start: datetime = SIM_EPOCH,
+        admission: AdmissionConfig | None = None,
     ) -> None:
         self._fixed_layout = layout is not None
+        self.admission = admission or AdmissionConfig()
+        """The router's admission stage (:mod:`policies.admission`) the simulated cluster runs behind."""
         self._set_layout(layout or ObservationLayout())
         self.reward_weights = reward_weights or RewardWeights()
         self.guard = SafetyGuard(guard_limits or GuardLimits())
@@ -315,6 +319,7 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
             self._episode_seed,
             profile=self._profile(),
             workloads=self._workload(self._episode_seed),
+            admission=self.admission,
         )
         self._gpu_seconds_mark = 0.0
         window = self._advance()

@@ -90,6 +90,8 @@ class RouteReason(enum.StrEnum):
     BASELINE_PREFILL_BUSY = "baseline_prefill_busy"
     BASELINE_DECODE_BUSY_VETO = "baseline_decode_busy_veto"
     BASELINE_PREFILL_QUEUE_FULL = "baseline_prefill_queue_full"
+    ADMISSION_REFUSED = "admission_refused"
+    """Refused at the door by :mod:`policies.admission` (its first token would have come too late)."""
 
 
 class RouteRule(enum.StrEnum):

@@ -16,6 +16,7 @@ from env.scenario import Scenario
 from env.sim.simulator import ClusterSimulator
 from env.workloads.columns import RequestColumns
 from env.workloads.generate import generate_columns
+from policies.admission import AdmissionConfig
 from policies.placement import PlacementConfig
 from policies.schema import RoutingThresholds
 
@@ -45,8 +46,12 @@ def build_simulator(
     profile: OperatorProfile | None = None,
     workloads: Mapping[str, RequestColumns] | None = None,
     placement: PlacementConfig | None = None,
+    admission: AdmissionConfig | None = None,
 ) -> ClusterSimulator:
-    """A ready-to-run simulator of ``scenario`` with per-tenant ``thresholds`` (and the router's ``placement``)."""
+    """A ready-to-run simulator of ``scenario`` with per-tenant ``thresholds``.
+
+    ``placement`` and ``admission`` are the router's settings (their defaults when None).
+    """
     root = np.random.SeedSequence(scenario.seed if seed is None else seed)
     sim_stream = root.spawn(len(scenario.tenants) + 1)[-1]
     expected = {t.name: t.expected_output_tokens for t in scenario.tenants if t.expected_output_tokens is not None}
@@ -58,4 +63,5 @@ def build_simulator(
         np.random.default_rng(sim_stream),
         expected_output_tokens=expected,
         placement=placement,
+        admission=admission,
     )

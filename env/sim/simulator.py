@@ -76,6 +76,7 @@ from env.sim.snapshots import Snapshots
 from env.sim.stepping import InstanceStepping
 from env.sim.telemetry import BUCKETS_NIXL_BYTES, BUCKETS_NIXL_XFER_S, Histogram
 from env.workloads.columns import RequestColumns
+from policies.admission import AdmissionConfig, admits, estimated_ttft_s
 from policies.placement import (
     PlacementConfig,
     build_live_state,
@@ -84,7 +85,7 @@ from policies.placement import (
     expected_output_tokens,
 )
 from policies.routing import decide_route
-from policies.schema import RequestFeatures, RoutingThresholds
+from policies.schema import LiveState, RequestFeatures, RouteDecision, RouteReason, RoutingThresholds
 from policies.transfer_health import TransferBreaker
 
 __all__ = ["ClusterSimulator", "InstanceRole", "InstanceState", "SimInstance", "kv_capacity_tokens"]
@@ -103,6 +104,7 @@ class ClusterSimulator(InstanceStepping, KvTransfers, PoolControl, Snapshots):
         placement: the router's placement settings (affinity slack, initial prefill rate, default output).
         requests_carry_max_tokens: whether requests carry ``max_tokens = output_tokens`` (as the load generator
             sends them); off, the route decision assumes the tenant's expected output.
+        admission: the admission stage's settings (:mod:`policies.admission`; default: admit every request).
     """
 
     def __init__(
@@ -115,9 +117,11 @@ class ClusterSimulator(InstanceStepping, KvTransfers, PoolControl, Snapshots):
         expected_output_tokens: Mapping[str, int] | None = None,
         placement: PlacementConfig | None = None,
         requests_carry_max_tokens: bool = True,
+        admission: AdmissionConfig | None = None,
     ) -> None:
         self.scenario = scenario
         self.placement = placement or PlacementConfig()
+        self.admission = admission or AdmissionConfig()
         self.requests_carry_max_tokens = requests_carry_max_tokens
         self.profile = profile
         self.rng = rng
@@ -196,6 +200,8 @@ class ClusterSimulator(InstanceStepping, KvTransfers, PoolControl, Snapshots):
         self.num_arrived = 0
         self.num_finished = 0
         self.num_failed = 0
+        self.num_refused = 0
+        """Requests the admission stage refused (also counted in ``num_failed``)."""
         self.finished: list[list[SimRequest]] = [[] for _ in self.tenant_names]
         self.arrived: list[list[SimRequest]] = [[] for _ in self.tenant_names]
         self._window_start_s = 0.0
@@ -371,6 +377,8 @@ class ClusterSimulator(InstanceStepping, KvTransfers, PoolControl, Snapshots):
             request.request_id, name, input_tokens, expected, columns.model if columns is not None else ""
         )
         decision = decide_route(features, self.thresholds[tenant], live)
+        if self.admission.enabled and not self._admits(request, decision, live, decode, prefill, hit):
+            return
         request.reason = decision.reason
         request.decode_instance = decode.index
         if decision.is_remote and prefill is not None:
@@ -383,6 +391,33 @@ class ClusterSimulator(InstanceStepping, KvTransfers, PoolControl, Snapshots):
             er = EngineRequest(request.request_id, input_tokens, output_tokens, hashes, block, tag=request)
             decode.engine.add_request(er, now)
             self._kick(decode)
+
+    def _admits(
+        self,
+        request: SimRequest,
+        decision: RouteDecision,
+        live: LiveState,
+        decode: SimInstance,
+        prefill: SimInstance | None,
+        hit_tokens: int,
+    ) -> bool:
+        """The admission stage (:mod:`policies.admission`); a refused request fails at arrival.
+
+        The local queue is the decode engine's prompt tokens still to prefill (the router counts the whole prompts
+        of its local legs without a first byte; the two agree while nothing has started, which is when it matters).
+        """
+        measured = None if prefill is None else prefill.prefill_rate
+        rate = self.placement.initial_prefill_tokens_per_s if measured is None else measured.tokens_per_s
+        estimate = estimated_ttft_s(
+            decision, live, request.input_tokens - hit_tokens, decode.engine.queued_prefill_tokens, rate
+        )
+        if admits(self.admission, self.slo_ttft_s[request.tenant], estimate):
+            return True
+        request.reason = RouteReason.ADMISSION_REFUSED
+        request.status = SimRequest.FAILED
+        self.num_failed += 1
+        self.num_refused += 1
+        return False
 
     def _send_prefill(self, prefill: SimInstance, request: SimRequest, er: EngineRequest) -> None:
         """Start a prefill leg on ``prefill``; one that starts alone there is measured for the router's rate."""

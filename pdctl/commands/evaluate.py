@@ -218,6 +218,7 @@ def _run(
     sweep: bool,
     sweep_target: float,
     sweep_iterations: int,
+    admission_slack: float | None = None,
 ) -> None:
     from agents import evaluate as ev
     from env.scenario import ScenarioError
@@ -230,6 +231,13 @@ def _run(
     if not paths or not seed_list:
         raise _fail("need at least one scenario and one seed")
     policy_list = _policies(policies)
+    if admission_slack is not None:
+        from policies.admission import AdmissionConfig
+
+        try:
+            AdmissionConfig(admission_slack)
+        except ValueError as exc:
+            raise _fail(f"--admission-slack: {exc}") from None
     if sweep and any(p.startswith("expert:") for p in policy_list):
         raise _fail("--sweep-rate does not take expert:H policies (every probe would rerun the lookahead expert)")
     traces_dir = str(traces) if traces is not None else None
@@ -258,6 +266,7 @@ def _run(
             grid_cache=grid_cache,
             on_done=lambda _: progress.advance(runs_task),
             on_grid_progress=grid_tick,
+            admission_ttft_slack_frac=admission_slack,
         )
     ev.write_results(evaluation, out, command)
     ranked = ev.ranked(evaluation.aggregate)
@@ -284,7 +293,7 @@ def _run(
     nothing_ran = len(errors) == len(evaluation.runs)
     if sweep and not nothing_ran:
         _sweep(ev, paths, policy_list, seed_list, n_workers, traces_dir, evaluation.grid_points, out, console, plots,
-               sweep_target, sweep_iterations)  # fmt: skip
+               sweep_target, sweep_iterations, admission_slack)  # fmt: skip
     console.print(f"wrote {out}/results.csv, results.json, ranking.md" + (" and plots" if plots else ""))
     if nothing_ran:
         typer.echo(f"pdctl evaluate: none of the {len(errors)} runs ran (see above)", err=True)
@@ -312,6 +321,7 @@ def _sweep(
     plots: bool,
     target: float,
     iterations: int,
+    admission_slack: float | None,
 ) -> None:
     import json
 
@@ -322,6 +332,7 @@ def _sweep(
         records = ev.sweep_rate(
             paths, policies, seeds, target_frac=target, iterations=iterations, workers=workers,
             traces_dir=traces_dir, grid_points=grid_points, on_done=lambda _: progress.advance(task),
+            admission_ttft_slack_frac=admission_slack,
         )  # fmt: skip
     (out / "sweep.json").write_text(json.dumps(records, indent=1) + "\n")
     table = Table(title=f"highest rate multiplier with ≥ {100 * target:.0f} % of requests meeting both SLOs")
@@ -360,7 +371,13 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         sweep_rate: bool = typer.Option(False, "--sweep-rate", help="Also find the max rate meeting 90 % SLO."),
         sweep_target: float = typer.Option(0.9, "--sweep-target", help="Attainment target of the sweep."),
         sweep_iterations: int = typer.Option(4, "--sweep-iterations", help="Bisection steps after bracketing."),
+        admission_slack: float | None = typer.Option(
+            None,
+            "--admission-slack",
+            help="Run every policy behind the router's admission stage: refuse a request whose estimated TTFT "
+            "exceeds this multiple of its tenant's TTFT objective (rows name the policy SPEC+admission).",
+        ),
     ) -> None:
         """Evaluate policies over scenarios and seeds; write tables and plots."""
         _run(scenarios, policies, seeds, out, workers, traces, grid_cache, plots, sweep_rate, sweep_target,
-             sweep_iterations)  # fmt: skip
+             sweep_iterations, admission_slack)  # fmt: skip

@@ -510,3 +510,25 @@ def test_watchdog_runs_hand_a_failing_primary_to_the_fallback(tiny_path: Path, t
     bad = CliRunner().invoke(app, [*args, "--policies", "watchdog:expert:3"])
     assert bad.exit_code == 2
     assert "the watchdog's primary must be" in bad.output
+
+
+def test_admission_runs_are_labelled_and_refuse_at_the_door(tiny_path: Path, tmp_path: Path) -> None:
+    from pdctl.cli import app
+
+    heavy = tmp_path / "heavy.yaml"
+    heavy.write_text(yaml.safe_dump(ev.scale_rates(resolve_scenario(tiny_path), 16.0).model_dump(mode="json")))
+    off = ev.run_one(ev.RunSpec("baseline:aggregated", str(heavy), 0))
+    on = ev.run_one(ev.RunSpec("baseline:aggregated", str(heavy), 0, admission_ttft_slack_frac=1.0))
+    total_off = next(r for r in off.rows if r["tenant"] == "ALL")
+    total_on = next(r for r in on.rows if r["tenant"] == "ALL")
+    assert total_off["policy"] == "baseline:aggregated"
+    assert total_on["policy"] == "baseline:aggregated+admission"
+    assert total_off["failed"] == 0
+    assert total_on["failed"] > 0  # refused at arrival, counted as missing their objectives
+    assert total_on["arrived"] == total_off["arrived"]
+    assert ev.RunSpec("x:y", "s", 0, admission_ttft_slack_frac=2.0).label == "x:y+admission2"
+    runner = CliRunner()
+    args = ["evaluate", "--scenarios", str(tiny_path), "--seeds", "0", "--out", str(tmp_path / "o"), "--no-plots"]
+    bad = runner.invoke(app, [*args, "--policies", "baseline:aggregated", "--admission-slack", "0"])
+    assert bad.exit_code == 2
+    assert "--admission-slack" in bad.output

@@ -13,6 +13,7 @@ from env.perf.profile import OperatorProfile, load_operator_profile
 from env.scenario import Scenario
 from env.sim.simulator import ClusterSimulator
 from env.workloads.columns import RequestColumns
+from policies.admission import AdmissionConfig
 from policies.schema import RoutingThresholds
 
 POISSON = {
@@ -102,7 +103,8 @@ def simulator(
     workloads: Mapping[str, RequestColumns],
     thresholds: RoutingThresholds | Mapping[str, RoutingThresholds] = REMOTE_ALWAYS,
     seed: int = 0,
+    admission: AdmissionConfig | None = None,
 ) -> ClusterSimulator:
     if isinstance(thresholds, RoutingThresholds):
         thresholds = {t.name: thresholds for t in scn.tenants}
-    return ClusterSimulator(scn, profile(), workloads, thresholds, np.random.default_rng(seed))
+    return ClusterSimulator(scn, profile(), workloads, thresholds, np.random.default_rng(seed), admission=admission)
