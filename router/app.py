@@ -40,7 +40,7 @@ class Router:
         self.transfer_health = TransferHealth(
             h.transfer_window_s, h.transfer_min_samples, h.transfer_unhealthy_frac, h.transfer_probe_requests
         )
-        self.planner = Planner(self.registry, config.estimation, self.transfer_health)
+        self.planner = Planner(self.registry, config.estimation, self.transfer_health, config.admission.to_config())
         self.metrics_registry = registry or CollectorRegistry()
         self.metrics = RouterMetrics(self.metrics_registry)
         policy = load_policy_file(config.policy_file) if config.policy_file else PolicyFile()

@@ -10,6 +10,7 @@ Example::
       - {id: p0, url: "http://127.0.0.1:8100", role: prefill}
       - {id: d0, url: "http://127.0.0.1:8200", role: decode}
     timeouts: {prefill_s: 30, remote_first_token_s: 30, connect_s: 2}
+    admission: {ttft_slack_frac: 1.0}   # refuse (429) what would miss its TTFT objective; off when left out
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from policies.admission import AdmissionConfig
 from policies.transfer_health import (
     DEFAULT_MIN_SAMPLES,
     DEFAULT_PROBE_REQUESTS,
@@ -29,6 +31,7 @@ from policies.transfer_health import (
 )
 
 __all__ = [
+    "AdmissionSettings",
     "EstimationConfig",
     "HealthConfig",
     "InstanceConfig",
@@ -152,6 +155,23 @@ class EstimationConfig(_Frozen):
     )
 
 
+class AdmissionSettings(_Frozen):
+    """The admission stage (policies.admission): refuse a request whose first token would come too late anyway."""
+
+    ttft_slack_frac: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        None,
+        description="Answer 429 to a request whose estimated time to first token exceeds this multiple of its "
+        "tenant's TTFT objective (1.0: the requests the estimate says will miss it); none = admit every request.",
+    )
+    retry_after_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        1.0, description="The Retry-After a refused client is told (seconds, rounded up)."
+    )
+
+    def to_config(self) -> AdmissionConfig:
+        """The core's settings."""
+        return AdmissionConfig(self.ttft_slack_frac, self.retry_after_s)
+
+
 class LimitsConfig(_Frozen):
     """Bounds on what clients may send (router/limits.py)."""
 
@@ -178,6 +198,7 @@ class RouterConfig(_Frozen):
     health: HealthConfig = HealthConfig()
     estimation: EstimationConfig = EstimationConfig()
     limits: LimitsConfig = LimitsConfig()
+    admission: AdmissionSettings = AdmissionSettings()
     max_decode_attempts: Annotated[int, Field(ge=1)] = Field(
         2, description="Decode instances tried for one request when one fails before its first byte."
     )

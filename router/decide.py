@@ -13,7 +13,11 @@ from the router's own view of its instances (:class:`router.registry.Instance` s
    prefix-hit estimate of :class:`router.estimates.PrefixTracker`;
 4. prefill instance (:func:`policies.placement.choose_prefill`) over the prefill instances taking requests;
 5. :class:`policies.schema.LiveState` (:func:`policies.placement.build_live_state`) with the prefill instance's
-   measured rate, the transfer-path health and the number of prefill instances taking requests.
+   measured rate, the transfer-path health and the number of prefill instances taking requests;
+6. the route decision (:func:`policies.routing.decide_route`), then the admission stage when configured
+   (:mod:`policies.admission`): the local queue it reads is the decode instance's
+   ``awaiting_first_token_tokens``, the rate the prefill instance's measured one (else the configured initial
+   rate). A refused plan places nothing and counts nothing as incoming.
 
 A remote plan counts as ``incoming`` on its decode instance until its decode leg starts (:meth:`Planner.plan`
 adds it, :meth:`Planner.decode_leg_started` removes it), so placement sees the requests still prefilling.
@@ -26,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from policies.admission import AdmissionConfig, admits, estimated_ttft_s
 from policies.placement import (
     PlacementConfig,
     PrefillRate,
@@ -37,7 +42,7 @@ from policies.placement import (
 )
 from policies.policy_file import ResolvedPolicy
 from policies.routing import decide_route
-from policies.schema import LiveState, RequestFeatures, RouteDecision, RoutingThresholds
+from policies.schema import LiveState, RequestFeatures, RouteDecision, RouteReason, RoutingThresholds
 from router.config import EstimationConfig
 from router.estimates import PrefixTracker, TransferHealth, prefix_blocks
 from router.registry import Instance, InstanceRegistry
@@ -89,13 +94,22 @@ class Plan:
     blocks: list[int]
     prefix_hit_tokens: int
     live: LiveState
+    refused: bool = False
+    """The admission stage refused the request (:mod:`policies.admission`): answer 429, call nothing."""
 
 
 class Planner:
     """Builds a :class:`Plan` per request from the policy and the router's live view."""
 
-    def __init__(self, registry: InstanceRegistry, estimation: EstimationConfig, health: TransferHealth) -> None:
+    def __init__(
+        self,
+        registry: InstanceRegistry,
+        estimation: EstimationConfig,
+        health: TransferHealth,
+        admission: AdmissionConfig | None = None,
+    ) -> None:
         self.registry = registry
+        self.admission = admission or AdmissionConfig()
         self.estimation = estimation
         self.transfer_health = health
         self.placement = PlacementConfig(
@@ -185,6 +199,16 @@ class Planner:
             self.transfer_health.allows_remote(now_s),
         )
         decision = decide_route(features, thresholds, live)
+        if self.admission.enabled and tenant_policy is not None:
+            rate = (
+                self.rate(prefill).tokens_per_s if prefill is not None else self.placement.initial_prefill_tokens_per_s
+            )
+            estimate = estimated_ttft_s(
+                decision, live, input_tokens - hit_tokens, decode.awaiting_first_token_tokens, rate
+            )
+            if not admits(self.admission, tenant_policy.tenant.slo.ttft_target_s(), estimate):
+                refused = RouteDecision(decision.route, RouteReason.ADMISSION_REFUSED)
+                return Plan(features, thresholds, refused, decode, None, blocks, hit_tokens, live, refused=True)
         remote_prefill = prefill if decision.is_remote else None
         if remote_prefill is not None:
             decode.incoming += 1

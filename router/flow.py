@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -35,7 +36,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from policies.schema import FallbackAction, Route
+from policies.schema import FallbackAction, Route, Slo
 from router.admin import PolicyState
 from router.config import RouterConfig
 from router.decide import Planner
@@ -52,9 +53,9 @@ from router.relay import (
     sse_error_event,
     stream_client_timeout,
 )
-from router.request import FlowRequest, completion_tokens, json_error
+from router.request import FlowRequest, completion_tokens, first_token_seen, json_error
 from router.resume import StreamTranscript
-from router.telemetry import RequestLog, RequestRecord, RouterMetrics
+from router.telemetry import REFUSED_ROUTE, RequestLog, RequestRecord, RouterMetrics
 
 __all__ = [
     "RECORD_KEY",
@@ -200,6 +201,8 @@ class RequestFlow:
         request[RECORD_KEY] = rec  # the route and its reason go out as response headers (router.app)
         tenant_policy = resolved.tenants.get(f.tenant)
         slo = tenant_policy.tenant.slo if tenant_policy is not None else None
+        if plan.refused:
+            return self._refuse(rec, slo, arrival)
         self.metrics.routed(rec)
         self.metrics.in_flight.inc()
         try:
@@ -221,6 +224,22 @@ class RequestFlow:
             self.metrics.record(rec, slo)
             if self.log is not None:
                 self.log.write(rec)
+
+    def _refuse(self, rec: RequestRecord, slo: Slo | None, arrival: float) -> web.Response:
+        """Answer a request the admission stage refused: 429 with ``Retry-After``, counted and logged as ``refused``."""
+        retry_after_s = self.planner.admission.retry_after_s
+        rec.route = REFUSED_ROUTE
+        rec.status = 429
+        rec.error = "refused by admission control: its first token would come after its tenant's TTFT objective"
+        rec.e2e_s = self._now() - arrival
+        self.metrics.routed(rec)
+        self.metrics.record(rec, slo)
+        if self.log is not None:
+            self.log.write(rec)
+        response = json_error(429, rec.error, "RateLimitError")
+        response.headers["Retry-After"] = str(math.ceil(retry_after_s))
+        add_route_headers(response, rec)
+        return response
 
     async def _resume(self, req: FlowRequest) -> None:
         """Resume a stream cut mid-way on another decode instance (:mod:`router.migrate`), then end it."""
@@ -354,6 +373,9 @@ class RequestFlow:
         """Serve the request from ``inst``; raise :class:`_DecodeFailed` if it failed before the first byte."""
         rec = req.record
         self.registry.acquire(inst)
+        if not remote:  # the admission stage's view of this instance's own prefill queue
+            req.awaiting_first = (inst, max(rec.input_tokens - req.plan.prefix_hit_tokens, 0))
+            inst.awaiting_first_token_tokens += req.awaiting_first[1]
         try:
             start = self._now()
             rec.stages.setdefault("request_queue_wait", start - req.arrival)
@@ -361,6 +383,7 @@ class RequestFlow:
                 return await self._stream_leg(request, req, inst, body, remote, start)
             return await self._unary_leg(req, inst, body, remote, start)
         finally:
+            first_token_seen(req)
             self.registry.release(inst)
 
     def _decode_timed_out(self, rec: RequestRecord, inst: Instance, remote: bool) -> _DecodeFailed:
@@ -418,6 +441,7 @@ class RequestFlow:
             if remote:
                 self.transfer_health.record(self._now(), True)
             first_s = self._now()
+            first_token_seen(req)
             rec.error = None
             rec.decode_instance = inst.id
             self.planner.tracker(inst).record(req.plan.blocks)

@@ -35,6 +35,9 @@ class Instance:
     in_flight: int = 0
     in_flight_prefill_tokens: int = 0
     incoming: int = 0
+    awaiting_first_token_tokens: int = 0
+    """Uncached prompt tokens of the local legs on the instance that have not sent their first byte (what the
+    admission stage reads as the instance's own prefill queue)."""
     kv_usage_frac: float | None = None
     consecutive_failures: int = 0
     probe_timeouts: int = 0

@@ -9,19 +9,20 @@ from typing import Any
 from aiohttp import web
 
 from router.decide import Plan
+from router.registry import Instance
 from router.relay import error_body
 from router.resume import StreamTranscript
 from router.telemetry import RequestRecord
 
-__all__ = ["FlowRequest", "completion_tokens", "json_error"]
+__all__ = ["FlowRequest", "completion_tokens", "first_token_seen", "json_error"]
 
 
 class FlowRequest:
     """Per-request working state of :class:`router.flow.RequestFlow`."""
 
     __slots__ = (
-        "arrival", "authorization", "body", "cut", "delivered", "path", "plan", "raw", "record", "request_id",
-        "stream",
+        "arrival", "authorization", "awaiting_first", "body", "cut", "delivered", "path", "plan", "raw", "record",
+        "request_id", "stream",
     )  # fmt: skip
 
     def __init__(
@@ -46,9 +47,20 @@ class FlowRequest:
         self.record = record
         self.delivered = False
         """The whole stream, ``[DONE]`` included, reached the client: a success whatever the client does next."""
+        self.awaiting_first: tuple[Instance, int] | None = None
+        """The local leg still waiting for its first byte and its uncached prompt tokens, counted in the
+        instance's ``awaiting_first_token_tokens`` until :func:`first_token_seen`."""
         self.cut: tuple[web.StreamResponse, StreamTranscript] | None = None
         """A stream cut mid-way by its decode instance, to resume (:mod:`router.migrate`): the client response
         and what reached it."""
+
+
+def first_token_seen(req: FlowRequest) -> None:
+    """The local leg of ``req`` sent its first byte (or ended without): its prompt leaves the instance's queue."""
+    if req.awaiting_first is not None:
+        inst, tokens = req.awaiting_first
+        inst.awaiting_first_token_tokens -= tokens
+        req.awaiting_first = None
 
 
 def completion_tokens(payload: bytes) -> int:

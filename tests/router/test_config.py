@@ -37,6 +37,8 @@ def test_paths_are_relative_to_the_file_and_token_from_env(tmp_path: Path, monke
         (GOOD + "colour: red\n", "colour"),
         (GOOD.replace("p0", "d0"), "duplicate instance ids"),
         ("- a list", "expected a mapping"),
+        (GOOD + "admission: {ttft_slack_frac: 0}\n", "admission.ttft_slack_frac"),
+        (GOOD + "admission: {retry_after_s: .nan}\n", "admission.retry_after_s"),
     ],
 )
 def test_invalid_files_name_the_field(tmp_path: Path, text: str, fragment: str) -> None:

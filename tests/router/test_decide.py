@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from policies.admission import AdmissionConfig
 from policies.policy_file import load_policy_text, resolve_policy
 from policies.routing import decide_route
-from policies.schema import LiveState, RequestFeatures
+from policies.schema import LiveState, RequestFeatures, RouteReason
 from router.config import EstimationConfig, InstanceConfig
 from router.decide import Planner, prompt_text_of
 from router.estimates import TransferHealth, prefix_blocks
@@ -159,3 +160,33 @@ def test_a_half_open_breaker_lets_only_its_probes_go_remote() -> None:
     assert plan is not None
     assert plan.decision.is_remote
     assert p.transfer_health.healthy(14.2)
+
+
+def test_admission_refuses_once_the_queue_it_would_join_is_past_the_ttft_objective() -> None:
+    reg = InstanceRegistry(
+        [
+            InstanceConfig(id="p0", url="http://h:1", role="prefill"),
+            InstanceConfig(id="d0", url="http://h:2", role="decode"),
+        ]
+    )
+    p = Planner(reg, EstimationConfig(), TransferHealth(30, 8, 0.5), AdmissionConfig(ttft_slack_frac=1.0))
+    body = {"prompt": "a" * 16000}  # 4000 tokens: 0.2 s at the initial 20000 tokens/s; chatbot's TTFT p95 is 0.5 s
+    admitted = p.plan(body, POLICY, "r1", "chat", None, 0.0)
+    assert admitted is not None
+    assert not admitted.refused
+    if admitted.prefill is not None:
+        Planner.decode_leg_started(admitted)
+    reg.instances["d0"].awaiting_first_token_tokens = 8000  # +0.4 s on the local route
+    reg.instances["p0"].in_flight_prefill_tokens = 8000  # +0.4 s on the remote route
+    refused = p.plan(body, POLICY, "r2", "chat", None, 0.0)
+    assert refused is not None
+    assert refused.refused
+    assert refused.decision.reason is RouteReason.ADMISSION_REFUSED
+    assert refused.prefill is None
+    assert reg.instances["d0"].incoming == 0
+    rag = p.plan(body, POLICY, "r3", "rag", None, 0.0)  # a 3 s objective: still admitted
+    assert rag is not None
+    assert not rag.refused
+    off = planner().plan(body, POLICY, "r4", "chat", None, 0.0)
+    assert off is not None
+    assert not off.refused

@@ -24,10 +24,11 @@ from env.sim.build import build_simulator
 from env.sim.placement import SimInstanceView, decode_view, prefill_view
 from env.sim.simulator import ClusterSimulator
 from livestack.emulator.tokenizer import CHARS_PER_TOKEN, prompt_text
+from policies.admission import AdmissionConfig
 from policies.placement import PlacementConfig
 from policies.policy_file import ResolvedPolicy, load_policy_text, resolve_policy
 from policies.routing import decide_route
-from policies.schema import LiveState, RequestFeatures, RouteDecision, RoutingThresholds
+from policies.schema import LiveState, RequestFeatures, RouteDecision, RouteReason, RoutingThresholds
 from router.config import EstimationConfig, InstanceConfig
 from router.decide import Plan, Planner
 from router.estimates import TransferHealth, prefix_blocks
@@ -83,6 +84,8 @@ class Arrival:
     features: RequestFeatures
     live: LiveState
     decision: RouteDecision
+    local_queued: list[int]
+    """Each decode instance's prompt tokens still to prefill (the admission stage's local queue)."""
 
 
 def _cached_blocks(view: SimInstanceView, hash_ids: tuple[int, ...]) -> int:
@@ -116,6 +119,7 @@ def record_placements(monkeypatch: pytest.MonkeyPatch) -> tuple[list[Arrival], l
                 features,
                 live,
                 decision,
+                [v.instance.engine.queued_prefill_tokens for v in decode],
             )
         )
         return decision
@@ -124,7 +128,9 @@ def record_placements(monkeypatch: pytest.MonkeyPatch) -> tuple[list[Arrival], l
     return arrivals, sim_box
 
 
-def _router_plan(arrival: Arrival, policy: ResolvedPolicy, slack: int) -> Plan | None:
+def _router_plan(
+    arrival: Arrival, policy: ResolvedPolicy, slack: int, admission: AdmissionConfig | None = None
+) -> Plan | None:
     decode_configs = [
         InstanceConfig(
             id=f"d{i}",
@@ -147,7 +153,7 @@ def _router_plan(arrival: Arrival, policy: ResolvedPolicy, slack: int) -> Plan |
     ]
     registry = InstanceRegistry(prefill_configs + decode_configs)
     estimation = EstimationConfig(affinity_slack_requests=slack)
-    planner = Planner(registry, estimation, TransferHealth(30.0, 8, 0.5))
+    planner = Planner(registry, estimation, TransferHealth(30.0, 8, 0.5), admission)
     text = prompt_text(arrival.input_tokens, arrival.hash_ids, HASH_BLOCK_TOKENS, salt=arrival.request_id)
     block_chars = estimation.prefix_block_tokens * CHARS_PER_TOKEN
     for i, view in enumerate(arrival.decode):
@@ -155,6 +161,7 @@ def _router_plan(arrival: Arrival, policy: ResolvedPolicy, slack: int) -> Plan |
         inst.in_flight = view.active_requests
         inst.incoming = view.load_requests - view.active_requests
         inst.kv_usage_frac = view.kv_usage_frac
+        inst.awaiting_first_token_tokens = arrival.local_queued[i]
         cached_chars = arrival.cached_blocks[i] * HASH_BLOCK_TOKENS * CHARS_PER_TOKEN
         planner.tracker(inst).record(prefix_blocks(text[:cached_chars], block_chars))
     for i, view in enumerate(arrival.prefill):
@@ -215,3 +222,33 @@ def test_parity_placement_router_and_simulator_adapters_agree(
         assert reasons[reason] > 0, (reason, reasons)
     assert reasons["prefill_queue_overload"] > 0 or max(a.live.prefill_queue_wait_s or 0 for a in arrivals) > 0.1
     assert not_least_loaded > 0
+
+
+def test_parity_admission_router_and_simulator_refuse_the_same_requests(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Behind the admission stage, the router's adapter refuses exactly the requests the simulator's refused.
+
+    The simulator's local queue is its decode engine's prompt tokens still to prefill; the router's is the
+    uncached prompts of its local legs without a first byte, set here from the former (the documented mapping).
+    """
+    shape = {"prefill": 1, "decode": 2, "gpus": 3, "rate_rps": 30, "duration_s": 8, "seed": 3}
+    text = SCENARIO.format(**shape).replace("    group: g\n", "    group: g\n    slo: {ttft_p95_s: 0.35}\n")
+    (tmp_path / "scenario.yaml").write_text(text)
+    scenario = load_scenario(tmp_path / "scenario.yaml")
+    policy = resolve_policy(load_policy_text(POLICY + "    slo: {ttft_p95_ms: 350}\n"))
+    thresholds = {name: tp.thresholds for name, tp in policy.tenants.items()}
+    admission = AdmissionConfig(ttft_slack_frac=1.0)
+    arrivals, sim_box = record_placements(monkeypatch)
+    sim = build_simulator(scenario, thresholds, admission=admission)
+    sim_box.append(sim)
+    sim.run()
+    requests = {r.request_id: r for rs in sim.arrived for r in rs}
+    refused = 0
+    for arrival in arrivals:
+        plan = _router_plan(arrival, policy, 4, admission)
+        assert plan is not None
+        sim_refused = requests[arrival.request_id].reason is RouteReason.ADMISSION_REFUSED
+        assert plan.refused == sim_refused, f"request {arrival.request_id}"
+        refused += sim_refused
+    assert 0 < refused == sim.num_refused < len(arrivals)  # the stream both admits and refuses
