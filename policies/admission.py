@@ -32,7 +32,10 @@ from dataclasses import dataclass
 
 from policies.schema import LiveState, RouteDecision
 
-__all__ = ["AdmissionConfig", "admits", "estimated_ttft_s"]
+__all__ = ["REFUSED_ROUTE", "AdmissionConfig", "admits", "estimated_ttft_s"]
+
+REFUSED_ROUTE = "refused"
+"""The ``route`` label (metrics, request log, ``X-Pdctl-Route``) of a request the stage refused."""
 
 
 @dataclass(frozen=True, slots=True)

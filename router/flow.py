@@ -36,6 +36,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from policies.admission import REFUSED_ROUTE
 from policies.schema import FallbackAction, Route, Slo
 from router.admin import PolicyState
 from router.config import RouterConfig
@@ -55,7 +56,7 @@ from router.relay import (
 )
 from router.request import FlowRequest, completion_tokens, first_token_seen, json_error
 from router.resume import StreamTranscript
-from router.telemetry import REFUSED_ROUTE, RequestLog, RequestRecord, RouterMetrics
+from router.telemetry import RequestLog, RequestRecord, RouterMetrics
 
 __all__ = [
     "RECORD_KEY",

@@ -40,10 +40,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from policies.schema import STAGES, Slo
 from policies.scoring import meets_slo
 
-__all__ = ["REFUSED_ROUTE", "STAGES", "RequestLog", "RequestRecord", "RouterMetrics", "judge_slo"]
-
-REFUSED_ROUTE = "refused"
-"""The ``route`` label (and request-log route) of a request the admission stage refused (:mod:`policies.admission`)."""
+__all__ = ["STAGES", "RequestLog", "RequestRecord", "RouterMetrics", "judge_slo"]
 
 
 _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,

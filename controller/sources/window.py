@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from controller.sources.base import Query, Readout, Row, Topology
+from policies.admission import REFUSED_ROUTE
 from policies.schema import GroupWindow, MetricWindow, PoolTargets, TenantWindow
 from policies.scoring import histogram_quantile
 
@@ -201,6 +202,9 @@ class WindowBuilder:
         refused = _ByKey(requests, "tenant", route="none")  # refused as they arrived: no decode instance
         decided = _ByKey(decisions, "tenant")
         decided_remote = _ByKey(decisions, "tenant", route="remote_prefill")
+        # refused by the admission stage: arrivals (load, and failures once answered), but never placed, so not in
+        # the remote share's denominator (env.sim.windows: the share is over the requests that did not fail)
+        decided_refused = _ByKey(decisions, "tenant", route=REFUSED_ROUTE)
         sums = {name: _ByKey(res.get(query, ()), "tenant") for name, query in q.items()}
         out: dict[str, TenantWindow] = {}
         for tenant in tenants:
@@ -214,7 +218,7 @@ class WindowBuilder:
             if routed is None:  # a router without the decision series: its finished requests stand in
                 remote_frac = _div(remote.total(tenant) if finished is not None else None, finished)
             else:
-                remote_frac = _div(decided_remote.total(tenant), routed)
+                remote_frac = _div(decided_remote.total(tenant), routed - decided_refused.total(tenant))
             if routed is not None and routed_prompt_sum is not None:
                 mean_input = _div(routed_prompt_sum, routed)
             else:  # a router without the decision series, as above

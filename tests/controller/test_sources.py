@@ -128,6 +128,27 @@ def test_the_load_is_read_from_arrivals_as_in_the_simulator() -> None:
     assert b.remote_prefill_frac is None
 
 
+def test_requests_refused_by_admission_are_load_and_failures_but_not_in_the_remote_share() -> None:
+    """As ``env.sim.windows`` counts them: arrivals and failures, while the remote share is over what was placed."""
+    results = {
+        R["requests"]: [
+            ({"tenant": "a", "route": "remote_prefill", "outcome": "ok"}, 3.0),
+            ({"tenant": "a", "route": "refused", "outcome": "error"}, 4.0),
+        ],
+        R["decisions"]: [
+            ({"tenant": "a", "route": "remote_prefill"}, 6.0),
+            ({"tenant": "a", "route": "local_prefill"}, 12.0),
+            ({"tenant": "a", "route": "refused"}, 4.0),
+        ],
+        R["routed_prompt_sum"]: [({"tenant": "a"}, 44000.0)],
+    }
+    a = WindowBuilder().build(readout(results), TOPOLOGY, ["a"], ["g"], 100.0, 0.0).tenants["a"]
+    assert a.request_rate_rps == pytest.approx(2.2)
+    assert a.mean_input_tokens == pytest.approx(2000.0)
+    assert a.remote_prefill_frac == pytest.approx(1 / 3)
+    assert a.failed_rate_rps == pytest.approx(0.4)
+
+
 def exposition(requests: float, ttft: list[float], kv: float) -> str:
     registry = CollectorRegistry()
     counter = Counter("pdctl_router_requests", "r", ["tenant", "route", "outcome"], registry=registry)
