@@ -39,6 +39,7 @@ from agents.harness import (
     METRICS,
     RunResult,
     RunSpec,
+    run_label,
     run_many,
     run_one,
     run_one_safe,
@@ -428,7 +429,7 @@ def sweep_rate(
         lo, hi = bracket[i]
         out.append(
             {
-                "policy": RunSpec(policy, path, 0, admission_ttft_slack_frac=admission_ttft_slack_frac).label,
+                "policy": run_label(policy, admission_ttft_slack_frac),
                 "scenario": Path(path).stem,
                 "max_rate_scale": lo,
                 "first_failing_scale": hi,

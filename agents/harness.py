@@ -38,6 +38,7 @@ __all__ = [
     "METRICS",
     "RunResult",
     "RunSpec",
+    "run_label",
     "run_many",
     "run_one",
     "run_one_safe",
@@ -93,11 +94,17 @@ class RunSpec:
 
     @property
     def label(self) -> str:
-        """The policy as result rows name it: its spec, with ``+admission`` (and the slack unless 1) when on."""
-        slack = self.admission_ttft_slack_frac
-        if slack is None:
-            return self.policy
-        return f"{self.policy}+admission" if slack == 1.0 else f"{self.policy}+admission{slack:g}"
+        """The policy as result rows name it (:func:`run_label`)."""
+        return run_label(self.policy, self.admission_ttft_slack_frac)
+
+
+def run_label(policy: str, admission_ttft_slack_frac: float | None) -> str:
+    """A policy as result rows name it: its spec, with ``+admission`` (and the slack unless 1) behind admission."""
+    if admission_ttft_slack_frac is None:
+        return policy
+    if admission_ttft_slack_frac == 1.0:
+        return f"{policy}+admission"
+    return f"{policy}+admission{admission_ttft_slack_frac:g}"
 
 
 @dataclass(slots=True)
