@@ -330,6 +330,10 @@ class SelectorConfig(_Strict, SelectorBehaviour):
     """Control intervals between two branch points of a DAgger round (the first at half of it)."""
     branch_group_weight: Annotated[float, Field(gt=0, le=100)] = 1.0
     """What one branched group weighs in the fit, relative to one group of the rules' rollouts."""
+    admission_ttft_slack_frac: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    """Run every rollout (and branch) behind the router's admission stage with this TTFT slack
+    (:class:`policies.admission.AdmissionConfig`), so the labels are what each rule achieves behind it; the held-out
+    evaluation runs behind it too. Unset: every request admitted, as the router's default."""
 
     @model_validator(mode="after")
     def _known_rules(self) -> SelectorConfig:
@@ -443,6 +447,11 @@ class ExperimentConfig(_Strict):
             raise ValueError("selector: algorithm rule_selector takes a selector section, and only it does")
         if self.algorithm == "rule_selector" and (self.family is None or self.pretrain is not None):
             raise ValueError("algorithm: rule_selector trains on a family and takes no pretrain section")
+        if self.selector is not None and self.selector.admission_ttft_slack_frac is not None and self.register_as:
+            raise ValueError(
+                "register_as: a selector trained behind admission (selector.admission_ttft_slack_frac) cannot be"
+                " registered: the gate's evidence does not record the admission stage it was evaluated behind"
+            )
         return self
 
     @model_validator(mode="after")

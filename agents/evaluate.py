@@ -257,16 +257,23 @@ def evaluate(
 
 
 def evaluate_policies(
-    specs: Sequence[str], scenarios: Sequence[Path], seeds: Sequence[int]
+    specs: Sequence[str],
+    scenarios: Sequence[Path],
+    seeds: Sequence[int],
+    admission_ttft_slack_frac: float | None = None,
 ) -> dict[str, dict[str, float]]:
-    """Mean priority-weighted goodput (req/s) per policy and scenario over ``seeds``, plus ``mean`` per policy."""
+    """Mean priority-weighted goodput (req/s) per policy and scenario over ``seeds``, plus ``mean`` per policy.
+
+    With ``admission_ttft_slack_frac`` every policy runs behind the admission stage
+    (:attr:`agents.harness.RunSpec.admission_ttft_slack_frac`).
+    """
     out: dict[str, dict[str, float]] = {}
     for spec in specs:
         per_scenario: dict[str, float] = {}
         for path in scenarios:
             values = []
             for seed in seeds:
-                result = run_one(RunSpec(spec, str(path), seed))
+                result = run_one(RunSpec(spec, str(path), seed, admission_ttft_slack_frac=admission_ttft_slack_frac))
                 total = next(row for row in result.rows if row["tenant"] == "ALL")
                 values.append(float(total["weighted_goodput_rps"]))
             per_scenario[path.stem] = float(np.mean(values))

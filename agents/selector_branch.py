@@ -36,6 +36,7 @@ from agents.selector_data import SelectorDataset, task_scenario
 from env.gym_env import PDClusterEnv
 from env.sim.records import SimRequest
 from env.sim.simulator import ClusterSimulator
+from policies.admission import AdmissionConfig
 from policies.base import Policy
 from policies.learned import WEIGHTS_NAME
 from policies.rule_selector import RuleSelector
@@ -80,6 +81,9 @@ class BranchTask:
     traces_dir: str | None = None
     rate_scale: float = 1.0
     bandwidth_scale: float = 1.0
+    admission_ttft_slack_frac: float | None = None
+    """As :attr:`agents.selector_data.RolloutTask.admission_ttft_slack_frac`: the run and its branches are behind the
+    admission stage."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +232,7 @@ def branched_rollout(task: BranchTask) -> list[BranchedGroup]:
         return scores(inputs)
 
     object.__setattr__(selector.network, "scores", recorded)  # frozen dataclass: observe, do not change
-    env = episode_env(scenario, policy, task.traces_dir)
+    env = episode_env(scenario, policy, task.traces_dir, admission=AdmissionConfig(task.admission_ttft_slack_frac))
     env.reset(seed=task.seed)
     if isinstance(policy, EnvBound):
         policy.bind(env)

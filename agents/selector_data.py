@@ -30,6 +30,7 @@ from agents.policy_specs import make_policy
 from agents.runs import episode_env, run_episode, scale_bandwidth, scale_rates
 from env.gym_env import PDClusterEnv, resolve_scenario
 from env.scenario import Scenario
+from policies.admission import AdmissionConfig
 from policies.base import Policy, PolicyContext
 from policies.features import Observation
 from policies.rule_selector import GROUP_INPUT_WIDTH, TRANSFER_COLUMNS, group_features
@@ -69,6 +70,9 @@ class RolloutTask:
     bandwidth_scale: float = 1.0
     """The KV-transfer link rate multiplied by this (:func:`agents.runs.scale_bandwidth`): networks beyond the
     family's."""
+    admission_ttft_slack_frac: float | None = None
+    """The rule runs behind the router's admission stage with this slack (:class:`policies.admission.AdmissionConfig`);
+    None: every request admitted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +136,9 @@ def rule_rollout(task: RolloutTask) -> list[GroupRollout]:
     start = time.perf_counter()
     scenario = task_scenario(task.scenario_path, task.traces_dir, task.rate_scale, task.bandwidth_scale)
     recorder = _Recorder(make_policy(f"baseline:{task.rule}", scenario))
-    env = episode_env(scenario, recorder.inner, task.traces_dir)
+    env = episode_env(
+        scenario, recorder.inner, task.traces_dir, admission=AdmissionConfig(task.admission_ttft_slack_frac)
+    )
     sim = run_episode(env, recorder, task.seed).sim
     duration_s = scenario.duration_s
     bin_s = scenario.control_interval_s

@@ -111,7 +111,14 @@ def train_selector(
             config, out / "train-scenarios", config.family.train_split, selector.family_scenarios
         )
         tasks = [
-            RolloutTask(str(p), rule, seed, rate_scale=rate_scale, bandwidth_scale=bandwidth_scale)
+            RolloutTask(
+                str(p),
+                rule,
+                seed,
+                rate_scale=rate_scale,
+                bandwidth_scale=bandwidth_scale,
+                admission_ttft_slack_frac=selector.admission_ttft_slack_frac,
+            )
             for index, p in enumerate(paths)
             for rate_scale, bandwidth_scale in selector.rollout_conditions(index)
             for seed in selector.seeds
@@ -147,6 +154,7 @@ def train_selector(
             mlflow_run_id=run_id,
             git_commit=git_commit(),
             trained_on=[source.describe()] if isinstance(source, FamilyDraw) else [],
+            trained_behind_admission_slack_frac=selector.admission_ttft_slack_frac,
         )
         # 3b. DAgger: branch each rule from the states the fitted selector reaches, add those samples, fit again
         branch_s = 0.0  # the branch rounds' time as a run from scratch (cached tasks count their recorded time)
@@ -167,6 +175,7 @@ def train_selector(
                     window,
                     rate_scale=rate_scale,
                     bandwidth_scale=bandwidth_scale,
+                    admission_ttft_slack_frac=selector.admission_ttft_slack_frac,
                 )
                 for index, p in enumerate(paths[: selector.branch_scenarios])
                 for rate_scale, bandwidth_scale in selector.rollout_conditions(index)
@@ -212,7 +221,7 @@ def train_selector(
         mlflow.log_artifacts(str(artifact), artifact_path="policy")
         # 5. evaluate on held-out scenarios and seeds
         specs = [f"learned:{artifact}", *(config.baselines if evaluate_baselines else [])]
-        evaluation = evaluate_policies(specs, held_out, config.eval_seeds)
+        evaluation = evaluate_policies(specs, held_out, config.eval_seeds, selector.admission_ttft_slack_frac)
         mlflow.log_metric("eval/learned_weighted_goodput_rps", evaluation[specs[0]]["mean"])
         if len(specs) > 1:
             mlflow.log_metric("eval/best_baseline_weighted_goodput_rps", max(evaluation[s]["mean"] for s in specs[1:]))

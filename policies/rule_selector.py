@@ -270,6 +270,9 @@ class SelectorManifest(SelectorBehaviour):
     git_commit: str | None = None
     trained_on: list[str] = []
     """Training scenarios or ``family:PATH#split``."""
+    trained_behind_admission_slack_frac: float | None = None
+    """Provenance: the admission stage's TTFT slack the training rollouts ran behind (:mod:`policies.admission`);
+    None: none. The selector does not act on it; the router's admission stage is set in the router's own config."""
 
     @field_validator("rules")
     @classmethod

@@ -485,6 +485,8 @@ def test_a_stopped_pool_starts_none_of_its_queued_tasks(tmp_path: Path, monkeypa
         ({"branch_rounds": 1}, "branch_rounds: needs label_window_intervals"),
         ({"branch_rounds": 4, "label_window_intervals": 2}, "selector.branch_rounds"),
         ({"branch_group_weight": 0.0, "label_window_intervals": 2}, "selector.branch_group_weight"),
+        ({"admission_ttft_slack_frac": 0.0}, "selector.admission_ttft_slack_frac"),
+        ({"admission_ttft_slack_frac": float("nan")}, "selector.admission_ttft_slack_frac"),
     ],
 )
 def test_a_bad_selector_section_is_refused_naming_the_field(
@@ -492,6 +494,51 @@ def test_a_bad_selector_section_is_refused_naming_the_field(
 ) -> None:
     with pytest.raises(ExperimentError, match=message):
         load_experiment(_experiment(tmp_path, _small_family(tmp_path), **selector))
+
+
+def test_a_selector_trained_behind_admission_is_not_registered_with_evidence_that_omits_it(tmp_path: Path) -> None:
+    import yaml
+
+    path = _experiment(tmp_path, _small_family(tmp_path), admission_ttft_slack_frac=1.0)
+    load_experiment(path)  # without register_as it is accepted
+    data = yaml.safe_load(path.read_text())
+    data["register_as"] = "pdctl-selector-admission"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ExperimentError, match="register_as: a selector trained behind admission"):
+        load_experiment(path)
+
+
+def test_a_rollout_behind_admission_is_labelled_by_what_the_rule_achieves_behind_it(tmp_path: Path) -> None:
+    from agents.set_training import family_split_paths
+
+    config = load_experiment(_experiment(tmp_path, _small_family(tmp_path)))
+    (path,) = family_split_paths(config, tmp_path / "scenarios", "train", 1)
+    task = RolloutTask(str(path), "dynamo-isl-bounding", 0, rate_scale=6.0)
+    admitted = rule_rollout(task)
+    behind = rule_rollout(replace(task, admission_ttft_slack_frac=1.0))
+    # the same arrivals; refusing some of them under this overload changes what the others achieve
+    assert [r.offered_weighted_rps for r in behind] == pytest.approx([r.offered_weighted_rps for r in admitted])
+    assert [r.weighted_goodput_rps for r in behind] != [r.weighted_goodput_rps for r in admitted]
+    assert not all(np.array_equal(a.inputs, b.inputs) for a, b in zip(admitted, behind, strict=True))
+    # a slack no estimate reaches refuses nothing: the rollout is the one without the stage, interval by interval
+    lenient = rule_rollout(replace(task, admission_ttft_slack_frac=1e9))
+    for a, b in zip(admitted, lenient, strict=True):
+        np.testing.assert_array_equal(a.inputs, b.inputs)
+        assert a.weighted_goodput_rps == b.weighted_goodput_rps
+
+
+@pytest.mark.train
+def test_a_selector_recipe_behind_admission_runs_rolls_out_and_evaluates_behind_it(tmp_path: Path) -> None:
+    config = load_experiment(_experiment(tmp_path, _small_family(tmp_path), admission_ttft_slack_frac=1.0))
+    result = train(config, tmp_path / "run", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", progress=False)
+    policy = load_learned(result.artifact)
+    assert isinstance(policy, RuleSelector)
+    assert policy.manifest.trained_behind_admission_slack_frac == 1.0
+    from agents.selector_data import ROLLOUT_CACHE_NAME, _read_cache
+
+    tasks = list(_read_cache(tmp_path / "run" / ROLLOUT_CACHE_NAME))
+    assert tasks
+    assert {t.admission_ttft_slack_frac for t in tasks} == {1.0}
 
 
 def test_the_recipe_and_the_manifest_share_one_definition_of_how_the_selector_acts() -> None:
