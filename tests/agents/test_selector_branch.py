@@ -91,6 +91,20 @@ def test_branch_points_keep_the_selectors_own_run_and_label_every_rule_from_its_
     assert groups[0].intervals >= decisions + len(points) * len(RULES)
 
 
+@pytest.mark.slow
+def test_a_branched_run_behind_admission_runs_the_selector_and_every_branch_behind_it(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    path = _scenario(tmp_path)
+    task = BranchTask(
+        str(path), f"learned:{SHIPPED}", "digest", RULES, 0, every_intervals=2, window_intervals=1, rate_scale=6.0
+    )
+    admitted = branched_rollout(task)
+    behind = branched_rollout(replace(task, admission_ttft_slack_frac=1.0))
+    # refusing some of this overload's requests changes what the rules' branches meet
+    assert not all(np.array_equal(a.met_weighted, b.met_weighted) for a, b in zip(admitted, behind, strict=True))
+
+
 def _dataset() -> tuple[np.ndarray, object]:
     x = np.zeros((2, GROUP_INPUT_WIDTH), dtype=np.float32)
     rollouts = [
