@@ -26,6 +26,7 @@ PINS = {  # pin name: (split, pin file)
     "validation-216": ("validation", ROOT / "experiments" / "families" / "default-validation-216.sha256"),
     "validation-288": ("validation", ROOT / "experiments" / "families" / "default-validation-288.sha256"),
     "validation-360": ("validation", ROOT / "experiments" / "families" / "default-validation-360.sha256"),
+    "validation-432": ("validation", ROOT / "experiments" / "families" / "default-validation-432.sha256"),
     "test-40": ("test", ROOT / "experiments" / "families" / "default-test-40.sha256"),
     "test-80": ("test", ROOT / "experiments" / "families" / "default-test-80.sha256"),
     "test-120": ("test", ROOT / "experiments" / "families" / "default-test-120.sha256"),
