@@ -18,6 +18,9 @@ Core kinds:
   ``experiments/results/families/safety-layer-choice/``). ``watchdog:learned:default`` puts it under the watchdog;
   a selector only ever runs one of four rule policies per group, so it cannot fail the way an unconstrained network
   can (idle instances, absolute pool counts from another budget), which is what the watchdog was built for;
+* ``learned:admission`` — the learned policy for a router whose admission stage is on (:data:`ADMISSION_LEARNED_SPEC`:
+  the same recipe as the default's, every training rollout behind the admission stage at TTFT slack 1.0;
+  ``experiments/results/families/selector-admission/``). Behind admission only: without it, it is below the default;
 * ``watchdog:PRIMARY`` and ``watchdog[FALLBACK]:PRIMARY`` — ``PRIMARY`` (any core kind but another watchdog)
   under the SLO watchdog of :mod:`policies.watchdog` (default parameters), with a ``baseline:`` or ``file:``
   fallback (:data:`WATCHDOG_FALLBACK` when none is named).
@@ -45,6 +48,8 @@ from policies.set_policy import SetPolicy
 from policies.watchdog import FALLBACK_KINDS, SloWatchdog
 
 __all__ = [
+    "ADMISSION_LEARNED_ARTIFACT",
+    "ADMISSION_LEARNED_SPEC",
     "BASELINES",
     "DEFAULT_LEARNED_ARTIFACT",
     "DEFAULT_LEARNED_SPEC",
@@ -95,6 +100,7 @@ BASELINES: Mapping[str, BaselineFactory] = {
 baseline's parameters (keyword arguments of its parameter dataclass)."""
 
 WATCHDOG_FALLBACK = "baseline:dynamo-legacy"
+"""The fallback of ``watchdog:PRIMARY`` (the best baseline on most shipped scenarios)."""
 
 DEFAULT_LEARNED_ARTIFACT = (
     Path(__file__).resolve().parents[1] / "experiments/results/learned/selector-dwell-w8-margin-bar-policy"
@@ -108,15 +114,24 @@ DEFAULT_LEARNED_SPEC = f"learned:{DEFAULT_LEARNED_ARTIFACT}"
 """What ``learned:default`` stands for: the default learned policy as it ships (its safety layer is the guard every
 policy runs under; the SLO watchdog is opt-in, ``watchdog:learned:default``)."""
 
-_ALIASES = {"learned:default": DEFAULT_LEARNED_SPEC}
+ADMISSION_LEARNED_ARTIFACT = (
+    Path(__file__).resolve().parents[1] / "experiments/results/learned/selector-admission-policy"
+)
+"""The learned policy for a router whose admission stage is on (:mod:`policies.admission`): the rule selector of
+``experiments/selector-admission.yaml``, fitted on rollouts behind the admission stage at TTFT slack 1.0 (its
+manifest's ``trained_behind_admission_slack_frac``); chosen by
+``experiments/results/families/selector-admission/second-look/PROTOCOL.md``."""
+
+ADMISSION_LEARNED_SPEC = f"learned:{ADMISSION_LEARNED_ARTIFACT}"
+"""What ``learned:admission`` stands for."""
+
+_ALIASES = {"learned:default": DEFAULT_LEARNED_SPEC, "learned:admission": ADMISSION_LEARNED_SPEC}
 
 
 def expand_alias(spec: str) -> str:
-    """The spec an alias (``learned:default``) stands for; any other spec unchanged."""
+    """The spec an alias (``learned:default``, ``learned:admission``) stands for; any other spec unchanged."""
     return _ALIASES.get(spec, spec)
 
-
-"""The fallback of ``watchdog:PRIMARY`` (the best baseline on most shipped scenarios)."""
 
 _CORE_KINDS = ("file", "baseline", "learned", "registry")
 _CORE_USAGE = "file:PATH, baseline:NAME, learned:PATH, registry:models:/NAME@ALIAS, watchdog[FALLBACK]:PRIMARY"

@@ -150,3 +150,20 @@ def test_learned_default_is_the_shipped_rule_selector_and_the_watchdog_is_opt_in
     assert isinstance(watched.primary.inner, RuleSelector)  # type: ignore[attr-defined]
     assert watched.primary.policy_id == f"learned:{DEFAULT_LEARNED_ARTIFACT}"
     assert watched.fallback.policy_id == WATCHDOG_FALLBACK
+
+
+def test_learned_admission_is_the_selector_fitted_behind_admission() -> None:
+    """``learned:admission`` is the default's recipe with every training rollout behind the admission stage."""
+    from policies.registry import ADMISSION_LEARNED_ARTIFACT, DEFAULT_LEARNED_ARTIFACT
+    from policies.rule_selector import RuleSelector
+
+    parsed = parse_policy_spec("learned:admission")
+    assert parsed.kind == "learned"
+    assert parsed.argument == str(ADMISSION_LEARNED_ARTIFACT)
+    assert ADMISSION_LEARNED_ARTIFACT != DEFAULT_LEARNED_ARTIFACT
+    selector = load_policy("learned:admission", BASE).inner  # type: ignore[attr-defined]
+    assert isinstance(selector, RuleSelector)
+    assert selector.manifest.trained_behind_admission_slack_frac == 1.0
+    default = load_policy("learned:default", BASE).inner  # type: ignore[attr-defined]
+    assert default.manifest.trained_behind_admission_slack_frac is None
+    assert selector.manifest.behaviour() == default.manifest.behaviour()  # it acts as the default does
