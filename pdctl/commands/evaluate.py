@@ -52,8 +52,15 @@ def _policies(text: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _check_policies(policies: Sequence[str], scenario_path: Path, traces: str | None) -> None:
+def _check_policies(
+    policies: Sequence[str], scenario_path: Path, traces: str | None, admission_slack: float | None = None
+) -> None:
+    """Build every policy once, so a bad spec fails in one line.
+
+    Warn about a selector fitted behind the admission stage that would run here without it.
+    """
     from agents.evaluate import make_policy
+    from agents.selector_branch import find_selector
     from env.gym_env import resolve_scenario
 
     scenario = resolve_scenario(scenario_path, traces)
@@ -61,9 +68,20 @@ def _check_policies(policies: Sequence[str], scenario_path: Path, traces: str | 
         if spec.startswith("grid:"):
             continue
         try:
-            make_policy(spec, scenario)
+            policy = make_policy(spec, scenario)
         except Exception as exc:  # one line per bad spec, whatever the loader raised
             raise _fail(f"policy {spec!r}: {str(exc).splitlines()[0]}") from None
+        try:
+            fitted_slack = find_selector(policy).manifest.trained_behind_admission_slack_frac
+        except ValueError:  # not a rule selector
+            continue
+        if fitted_slack is not None and admission_slack is None:
+            typer.echo(
+                f"pdctl evaluate: warning: policy {spec!r} was fitted behind the admission stage (slack"
+                f" {fitted_slack:g}) and runs here without it; add --admission-slack {fitted_slack:g} to run it as"
+                " it is meant to",
+                err=True,
+            )
 
 
 def _fmt(value: float | None, ci: float | None = None, digits: int = 2) -> str:
@@ -242,7 +260,7 @@ def _run(
         raise _fail("--sweep-rate does not take expert:H policies (every probe would rerun the lookahead expert)")
     traces_dir = str(traces) if traces is not None else None
     try:
-        _check_policies(policy_list, paths[0], traces_dir)
+        _check_policies(policy_list, paths[0], traces_dir, admission_slack)
     except ScenarioError as exc:
         raise _fail(exc.problems[0]) from None
     n_workers = workers or min(ev.default_workers(), 2)

@@ -532,3 +532,19 @@ def test_admission_runs_are_labelled_and_refuse_at_the_door(tiny_path: Path, tmp
     bad = runner.invoke(app, [*args, "--policies", "baseline:aggregated", "--admission-slack", "0"])
     assert bad.exit_code == 2
     assert "--admission-slack" in bad.output
+
+
+def test_a_selector_fitted_behind_admission_is_flagged_when_run_without_it(tiny_path: Path, tmp_path: Path) -> None:
+    from pdctl.cli import app
+
+    runner = CliRunner()
+    args = ["evaluate", "--scenarios", str(tiny_path), "--seeds", "0", "--no-plots", "--policies"]
+    without = runner.invoke(app, [*args, "learned:admission", "--out", str(tmp_path / "a")])
+    assert without.exit_code == 0, without.output
+    assert "'learned:admission' was fitted behind the admission stage" in without.output
+    assert "add --admission-slack 1" in without.output
+    behind = runner.invoke(app, [*args, "learned:admission", "--admission-slack", "1", "--out", str(tmp_path / "b")])
+    assert behind.exit_code == 0, behind.output
+    assert "fitted behind the admission stage" not in behind.output
+    default = runner.invoke(app, [*args, "learned:default", "--out", str(tmp_path / "c")])
+    assert "fitted behind the admission stage" not in default.output
