@@ -75,11 +75,12 @@ def _check_policies(
             fitted_slack = find_selector(policy).manifest.trained_behind_admission_slack_frac
         except ValueError:  # not a rule selector
             continue
-        if fitted_slack is not None and admission_slack is None:
+        if fitted_slack is not None and admission_slack != fitted_slack:
+            here = "without it" if admission_slack is None else f"behind slack {admission_slack:g}"
             typer.echo(
                 f"pdctl evaluate: warning: policy {spec!r} was fitted behind the admission stage (slack"
-                f" {fitted_slack:g}) and runs here without it; add --admission-slack {fitted_slack:g} to run it as"
-                " it is meant to",
+                f" {fitted_slack:g}) and runs here {here}; --admission-slack {fitted_slack:g} runs it as it is"
+                " meant to",
                 err=True,
             )
 

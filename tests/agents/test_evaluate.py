@@ -542,7 +542,9 @@ def test_a_selector_fitted_behind_admission_is_flagged_when_run_without_it(tiny_
     without = runner.invoke(app, [*args, "learned:admission", "--out", str(tmp_path / "a")])
     assert without.exit_code == 0, without.output
     assert "'learned:admission' was fitted behind the admission stage" in without.output
-    assert "add --admission-slack 1" in without.output
+    assert "runs here without it; --admission-slack 1 runs it as it is meant to" in without.output
+    other = runner.invoke(app, [*args, "learned:admission", "--admission-slack", "2", "--out", str(tmp_path / "d")])
+    assert "runs here behind slack 2" in other.output
     behind = runner.invoke(app, [*args, "learned:admission", "--admission-slack", "1", "--out", str(tmp_path / "b")])
     assert behind.exit_code == 0, behind.output
     assert "fitted behind the admission stage" not in behind.output
