@@ -333,7 +333,8 @@ class SelectorConfig(_Strict, SelectorBehaviour):
     admission_ttft_slack_frac: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     """Run every rollout (and branch) behind the router's admission stage with this TTFT slack
     (:class:`policies.admission.AdmissionConfig`), so the labels are what each rule achieves behind it; the held-out
-    evaluation runs behind it too. Unset: every request admitted, as the router's default."""
+    evaluation runs behind it too, and the gate's evidence records it (:class:`agents.gate.ScenarioSet`). Unset:
+    every request admitted, as the router's default."""
 
     @model_validator(mode="after")
     def _known_rules(self) -> SelectorConfig:
@@ -447,11 +448,6 @@ class ExperimentConfig(_Strict):
             raise ValueError("selector: algorithm rule_selector takes a selector section, and only it does")
         if self.algorithm == "rule_selector" and (self.family is None or self.pretrain is not None):
             raise ValueError("algorithm: rule_selector trains on a family and takes no pretrain section")
-        if self.selector is not None and self.selector.admission_ttft_slack_frac is not None and self.register_as:
-            raise ValueError(
-                "register_as: a selector trained behind admission (selector.admission_ttft_slack_frac) cannot be"
-                " registered: the gate's evidence does not record the admission stage it was evaluated behind"
-            )
         return self
 
     @model_validator(mode="after")

@@ -98,13 +98,21 @@ def _canonical_sha256(doc: Any) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ScenarioSet:
-    """Scenario files (name and SHA-256) and seeds; ``sha256`` identifies the set (order does not matter)."""
+    """Scenario files (name and SHA-256) and seeds; ``sha256`` identifies the set (order does not matter).
+
+    With ``admission_ttft_slack_frac`` every policy of the set ran behind the router's admission stage at that slack
+    (:mod:`policies.admission`); it is part of the hash, so evidence behind admission is only ever compared with
+    evidence behind the same stage. Without it the hash is the one of the files and seeds alone, as before the field.
+    """
 
     scenarios: tuple[tuple[str, str], ...]
     seeds: tuple[int, ...]
+    admission_ttft_slack_frac: float | None = None
 
     @classmethod
-    def of(cls, paths: Sequence[Path], seeds: Sequence[int]) -> ScenarioSet:
+    def of(
+        cls, paths: Sequence[Path], seeds: Sequence[int], admission_ttft_slack_frac: float | None = None
+    ) -> ScenarioSet:
         """Hash the scenario files as they are on disk now."""
         if not paths:
             raise EvidenceError("the gate's scenario set is empty: name at least one scenario")
@@ -113,20 +121,28 @@ class ScenarioSet:
         for path in paths:
             if not path.is_file():
                 raise EvidenceError(f"{path}: no such scenario file")
-        return cls(tuple((p.stem, file_sha256(p)) for p in paths), tuple(int(s) for s in seeds))
+        return cls(
+            tuple((p.stem, file_sha256(p)) for p in paths), tuple(int(s) for s in seeds), admission_ttft_slack_frac
+        )
 
     @property
     def sha256(self) -> str:
-        """SHA-256 of the sorted file digests and the sorted seeds."""
-        return _canonical_sha256({"files": sorted(d for _, d in self.scenarios), "seeds": sorted(self.seeds)})
+        """SHA-256 of the sorted file digests, the sorted seeds and the admission slack (when there is one)."""
+        doc: dict[str, Any] = {"files": sorted(d for _, d in self.scenarios), "seeds": sorted(self.seeds)}
+        if self.admission_ttft_slack_frac is not None:
+            doc["admission_ttft_slack_frac"] = self.admission_ttft_slack_frac
+        return _canonical_sha256(doc)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form (with the hash, which :meth:`from_dict` checks)."""
-        return {
+        doc: dict[str, Any] = {
             "scenarios": [{"name": n, "sha256": d} for n, d in self.scenarios],
             "seeds": list(self.seeds),
             "sha256": self.sha256,
         }
+        if self.admission_ttft_slack_frac is not None:
+            doc["admission_ttft_slack_frac"] = self.admission_ttft_slack_frac
+        return doc
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> ScenarioSet:
@@ -135,9 +151,11 @@ class ScenarioSet:
             scenarios = tuple((str(s["name"]), str(s["sha256"])) for s in doc["scenarios"])
             seeds = tuple(int(s) for s in doc["seeds"])
             recorded = str(doc["sha256"])
+            slack = doc.get("admission_ttft_slack_frac")
+            admission = None if slack is None else float(slack)
         except (KeyError, TypeError, ValueError) as exc:
             raise EvidenceError(f"scenario_set: malformed ({exc.__class__.__name__}: {exc})") from None
-        parsed = cls(scenarios, seeds)
+        parsed = cls(scenarios, seeds, admission)
         if parsed.sha256 != recorded:
             raise EvidenceError(f"scenario_set: recorded hash {recorded[:12]} is not the hash of its files and seeds")
         return parsed
@@ -279,15 +297,25 @@ def bar_refusal(
     )
 
 
-def evaluate_specs(specs: Sequence[str], paths: Sequence[Path], seeds: Sequence[int]) -> dict[str, PolicyScore]:
-    """Every spec over every scenario and seed: mean weighted goodput per scenario, and their mean."""
+def evaluate_specs(
+    specs: Sequence[str],
+    paths: Sequence[Path],
+    seeds: Sequence[int],
+    admission_ttft_slack_frac: float | None = None,
+) -> dict[str, PolicyScore]:
+    """Every spec over every scenario and seed: mean weighted goodput per scenario, and their mean.
+
+    With ``admission_ttft_slack_frac`` every spec runs behind the admission stage (``RunSpec``'s field).
+    """
     out: dict[str, PolicyScore] = {}
     for spec in specs:
         per: dict[str, float] = {}
         for path in paths:
             values = []
             for seed in seeds:
-                result = run_one(RunSpec(spec, str(path), int(seed)))
+                result = run_one(
+                    RunSpec(spec, str(path), int(seed), admission_ttft_slack_frac=admission_ttft_slack_frac)
+                )
                 total = next(row for row in result.rows if row["tenant"] == ALL_TENANTS)
                 values.append(float(total[METRIC]))
             per[path.stem] = float(np.mean(values))

@@ -327,14 +327,17 @@ def evaluate_version(
     baselines: Sequence[str] = (),
     alias: str = "champion",
     tracking_uri: str | None = None,
+    admission_ttft_slack_frac: float | None = None,
 ) -> GateEvidence:
     """Evaluate ``name`` v``version``, the ``alias`` holder (if another version) and ``baselines`` on one set.
+
+    With ``admission_ttft_slack_frac`` all of them run behind the admission stage, which the set records.
 
     The version's artifacts are downloaded from the registry and evaluated as they are stored (so the evidence
     is about the files the gate will hash); the document is logged to the version's run (:func:`log_evidence`).
     """
     client = _client(tracking_uri)
-    scenario_set = ScenarioSet.of(list(scenarios), list(seeds))
+    scenario_set = ScenarioSet.of(list(scenarios), list(seeds), admission_ttft_slack_frac)
     with tempfile.TemporaryDirectory(prefix="pdctl-gate-") as tmp:
         candidate_dir = _download_version(client, name, version, Path(tmp) / "candidate")
         specs = {"candidate": policy_spec_for(candidate_dir)}
@@ -344,7 +347,7 @@ def evaluate_version(
             champion_dir = _download_version(client, name, holder, Path(tmp) / "champion")
             specs["champion"] = policy_spec_for(champion_dir)
             champion = {"alias": alias, "version": holder, "policy_sha256": directory_sha256(champion_dir)}
-        scores = evaluate_specs([*specs.values(), *baselines], list(scenarios), list(seeds))
+        scores = evaluate_specs([*specs.values(), *baselines], list(scenarios), list(seeds), admission_ttft_slack_frac)
         evidence = GateEvidence(
             policy_sha256=directory_sha256(candidate_dir),
             scenario_set=scenario_set,
@@ -359,9 +362,16 @@ def evaluate_version(
 
 
 def training_evidence(
-    artifact: Path, scenarios: Sequence[Path], seeds: Sequence[int], evaluation: Mapping[str, Mapping[str, float]]
+    artifact: Path,
+    scenarios: Sequence[Path],
+    seeds: Sequence[int],
+    evaluation: Mapping[str, Mapping[str, float]],
+    admission_ttft_slack_frac: float | None = None,
 ) -> GateEvidence:
-    """Evidence from ``pdctl train``'s own held-out evaluation of ``artifact`` (``learned:ARTIFACT`` and baselines)."""
+    """Evidence from ``pdctl train``'s own held-out evaluation of ``artifact`` (``learned:ARTIFACT`` and baselines).
+
+    ``admission_ttft_slack_frac``: the admission stage that evaluation ran behind, if any.
+    """
 
     def score(row: Mapping[str, float]) -> PolicyScore:
         return PolicyScore(float(row["mean"]), {k: float(v) for k, v in row.items() if k != "mean"})
@@ -369,7 +379,7 @@ def training_evidence(
     candidate = f"learned:{artifact}"
     return GateEvidence(
         policy_sha256=directory_sha256(artifact),
-        scenario_set=ScenarioSet.of(list(scenarios), list(seeds)),
+        scenario_set=ScenarioSet.of(list(scenarios), list(seeds), admission_ttft_slack_frac),
         candidate=score(evaluation[candidate]),
         references={k: score(v) for k, v in evaluation.items() if k != candidate},
         produced_by="agents.train",

@@ -230,7 +230,9 @@ def train_selector(
         # 6. register
         version = None
         if config.register_as:
-            evidence = training_evidence(artifact, held_out, config.eval_seeds, evaluation)
+            evidence = training_evidence(
+                artifact, held_out, config.eval_seeds, evaluation, selector.admission_ttft_slack_frac
+            )
             version = register_policy(artifact, config.register_as, tracking_uri=uri, run_id=run_id).version
             log_evidence(MlflowClient(tracking_uri=uri), config.register_as, version, evidence)
     return SelectorTrainResult(artifact, run_id, wall_s, intervals, evaluation, version)

@@ -103,11 +103,19 @@ def _split(text: str) -> list[str]:
 
 
 def _evaluate(
-    name: str, version: int, scenarios: str, seeds: str, baselines: str, alias: str, tracking_uri: str | None
+    name: str,
+    version: int,
+    scenarios: str,
+    seeds: str,
+    baselines: str,
+    alias: str,
+    tracking_uri: str | None,
+    admission_slack: float | None = None,
 ) -> None:
     from agents.evaluate import scenario_paths
     from agents.gate import EvidenceError
     from agents.registry import RegistryError, evaluate_version
+    from policies.admission import AdmissionConfig
 
     try:
         seed_list = [int(s) for s in _split(seeds)]
@@ -115,9 +123,21 @@ def _evaluate(
         typer.echo(f"pdctl policy evaluate: --seeds: expected a comma list of integers, got {seeds!r}", err=True)
         raise typer.Exit(code=EXIT_INVALID) from None
     try:
+        AdmissionConfig(admission_slack)
+    except ValueError as exc:
+        typer.echo(f"pdctl policy evaluate: --admission-slack: {exc}", err=True)
+        raise typer.Exit(code=EXIT_INVALID) from None
+    try:
         paths = scenario_paths(_split(scenarios))
         evidence = evaluate_version(
-            name, version, paths, seed_list, baselines=_split(baselines), alias=alias, tracking_uri=tracking_uri
+            name,
+            version,
+            paths,
+            seed_list,
+            baselines=_split(baselines),
+            alias=alias,
+            tracking_uri=tracking_uri,
+            admission_ttft_slack_frac=admission_slack,
         )
     except (EvidenceError, RegistryError, ValueError) as exc:
         typer.echo(f"pdctl policy evaluate: {str(exc).splitlines()[0]}", err=True)
@@ -127,6 +147,7 @@ def _evaluate(
     typer.echo(
         f"{name} v{version}: weighted goodput {evidence.candidate.mean:.4g} req/s on scenario set "
         f"{evidence.scenario_set.sha256[:12]}"
+        + ("" if admission_slack is None else f" (behind admission, slack {admission_slack:g})")
         + ("" if best is None else f"; best baseline {best[0]} {best[1].mean:.4g}")
         + ("" if champion is None else f"; {alias} v{champion[0]} {champion[2].mean:.4g}")
     )
@@ -147,6 +168,10 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         _show(file)
 
     tracking_help = "MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///data/mlflow/mlflow.db)."
+    admission_help = (
+        "Evaluate every policy behind the router's admission stage at this TTFT slack; the evidence records it, and "
+        "the gate compares it only with evidence behind the same stage."
+    )
 
     @group.command("register")
     def register(
@@ -162,6 +187,7 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         goodput: float | None = typer.Option(None, hidden=True, help="Refused: the gate reads its own evidence."),
         best_baseline_goodput: float | None = typer.Option(None, hidden=True, help="Refused (see --goodput)."),
         tracking_uri: str | None = typer.Option(None, help=tracking_help),
+        admission_slack: float | None = typer.Option(None, "--admission-slack", help=admission_help),
     ) -> None:
         """Register a policy as a new version (alias ``challenger``), optionally evaluated for the gate."""
         from agents.registry import RegistryError, register_policy
@@ -180,7 +206,7 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
             raise typer.Exit(code=EXIT_INVALID) from None
         typer.echo(f"registered {registered.name} v{registered.version} ({registered.kind}) as challenger")
         if scenarios is not None:
-            _evaluate(name, registered.version, scenarios, seeds, baselines, "champion", tracking_uri)
+            _evaluate(name, registered.version, scenarios, seeds, baselines, "champion", tracking_uri, admission_slack)
 
     @group.command("evaluate")
     def evaluate_cmd(
@@ -191,9 +217,10 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         baselines: str = typer.Option("baseline:queue_kv", help="Comma list of baseline specs to beat."),
         alias: str = typer.Option("champion", "--alias", help="The alias holder is evaluated alongside."),
         tracking_uri: str | None = typer.Option(None, help=tracking_help),
+        admission_slack: float | None = typer.Option(None, "--admission-slack", help=admission_help),
     ) -> None:
         """Evaluate a version, the alias holder and baselines on one scenario set; log it as the gate's evidence."""
-        _evaluate(name, version, scenarios, seeds, baselines, alias, tracking_uri)
+        _evaluate(name, version, scenarios, seeds, baselines, alias, tracking_uri, admission_slack)
 
     @group.command("promote")
     def promote_cmd(

@@ -69,6 +69,31 @@ def test_scenario_set_hash_is_order_free_and_binds_files_and_seeds(tmp_path: Pat
         ScenarioSet.of([], [0])
 
 
+def test_a_set_behind_admission_hashes_apart_and_a_set_without_keeps_its_old_hash(tmp_path: Path) -> None:
+    import hashlib
+
+    a = tmp_path / "a.yaml"
+    a.write_text("name: a\n")
+    plain = ScenarioSet.of([a], [0, 1])
+    digest = hashlib.sha256(a.read_bytes()).hexdigest()
+    old = json.dumps({"files": [digest], "seeds": [0, 1]}, sort_keys=True, separators=(",", ":"))
+    assert plain.sha256 == hashlib.sha256(old.encode()).hexdigest()  # evidence logged before the field still verifies
+    assert "admission_ttft_slack_frac" not in plain.as_dict()
+    behind = ScenarioSet.of([a], [0, 1], admission_ttft_slack_frac=1.0)
+    assert behind.sha256 != plain.sha256
+    assert ScenarioSet.of([a], [0, 1], admission_ttft_slack_frac=2.0).sha256 != behind.sha256
+    assert ScenarioSet.from_dict(behind.as_dict()) == behind
+    for doc in (
+        {**behind.as_dict(), "admission_ttft_slack_frac": 2.0},
+        {**plain.as_dict(), "admission_ttft_slack_frac": 1.0},
+    ):
+        with pytest.raises(EvidenceError, match="is not the hash of its files and seeds"):
+            ScenarioSet.from_dict(doc)  # the slack cannot be edited, added or dropped without the hash
+    dropped = {k: v for k, v in behind.as_dict().items() if k != "admission_ttft_slack_frac"}
+    with pytest.raises(EvidenceError, match="is not the hash"):
+        ScenarioSet.from_dict(dropped)
+
+
 def test_evidence_round_trips_and_refuses_malformed_documents(tmp_path: Path) -> None:
     scenario = tmp_path / "s.yaml"
     scenario.write_text("name: s\n")

@@ -171,3 +171,29 @@ def test_the_cli_refuses_typed_numbers_and_evaluates_at_registration(mlflow_serv
     )  # fmt: skip
     assert bad_seeds.exit_code == 2
     assert "--seeds: expected a comma list of integers" in bad_seeds.output
+
+
+def test_evidence_behind_admission_records_it_and_is_judged_only_against_the_same_stage(
+    mlflow_server: str, tiny: Path
+) -> None:
+    runner = CliRunner()
+    v1 = register_policy(SEED, "behind", tracking_uri=mlflow_server)
+    evaluate_version("behind", v1.version, [tiny], [0], tracking_uri=mlflow_server)  # without admission
+    promote("behind", v1.version, margin_frac=0.0, tracking_uri=mlflow_server)
+    v2 = register_policy(SEED, "behind", tracking_uri=mlflow_server)
+    args = ["policy", "evaluate", "behind", "--version", str(v2.version), "--scenarios", str(tiny), "--seeds", "0",
+            "--tracking-uri", mlflow_server]  # fmt: skip
+    bad = runner.invoke(app, [*args, "--admission-slack", "0"])
+    assert bad.exit_code == 2
+    assert "--admission-slack" in bad.output
+    ran = runner.invoke(app, [*args, "--admission-slack", "1"])
+    assert ran.exit_code == 0, ran.output
+    assert "(behind admission, slack 1)" in ran.output
+    client = MlflowClient(tracking_uri=mlflow_server)
+    doc = json.loads(Path(client.download_artifacts(v2.run_id or "", EVIDENCE_PATH)).read_text(encoding="utf-8"))
+    assert doc["scenario_set"]["admission_ttft_slack_frac"] == 1.0
+    assert doc["champion"]["version"] == v1.version  # the champion ran alongside, behind the same stage
+    # the champion's own evidence (without admission) is on another set: the candidate's evidence alone verifies it
+    own = json.loads(Path(client.download_artifacts(v1.run_id or "", EVIDENCE_PATH)).read_text(encoding="utf-8"))
+    assert own["scenario_set"]["sha256"] != doc["scenario_set"]["sha256"]
+    assert "behind" in promote("behind", v2.version, margin_frac=0.0, tracking_uri=mlflow_server).name

@@ -496,18 +496,6 @@ def test_a_bad_selector_section_is_refused_naming_the_field(
         load_experiment(_experiment(tmp_path, _small_family(tmp_path), **selector))
 
 
-def test_a_selector_trained_behind_admission_is_not_registered_with_evidence_that_omits_it(tmp_path: Path) -> None:
-    import yaml
-
-    path = _experiment(tmp_path, _small_family(tmp_path), admission_ttft_slack_frac=1.0)
-    load_experiment(path)  # without register_as it is accepted
-    data = yaml.safe_load(path.read_text())
-    data["register_as"] = "pdctl-selector-admission"
-    path.write_text(yaml.safe_dump(data))
-    with pytest.raises(ExperimentError, match="register_as: a selector trained behind admission"):
-        load_experiment(path)
-
-
 def test_a_rollout_behind_admission_is_labelled_by_what_the_rule_achieves_behind_it(tmp_path: Path) -> None:
     from agents.set_training import family_split_paths
 
@@ -529,8 +517,23 @@ def test_a_rollout_behind_admission_is_labelled_by_what_the_rule_achieves_behind
 
 @pytest.mark.train
 def test_a_selector_recipe_behind_admission_runs_rolls_out_and_evaluates_behind_it(tmp_path: Path) -> None:
-    config = load_experiment(_experiment(tmp_path, _small_family(tmp_path), admission_ttft_slack_frac=1.0))
-    result = train(config, tmp_path / "run", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", progress=False)
+    import json
+
+    import yaml
+    from mlflow import MlflowClient
+
+    from agents.gate import EVIDENCE_PATH
+
+    path = _experiment(tmp_path, _small_family(tmp_path), admission_ttft_slack_frac=1.0)
+    data = yaml.safe_load(path.read_text())
+    data["register_as"] = "pdctl-selector-admission"
+    path.write_text(yaml.safe_dump(data))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = train(load_experiment(path), tmp_path / "run", tracking_uri=uri, progress=False)
+    assert result.registered_version == 1
+    evidence = Path(MlflowClient(tracking_uri=uri).download_artifacts(result.run_id, EVIDENCE_PATH))
+    # the gate's evidence says the held-out evaluation ran behind the admission stage
+    assert json.loads(evidence.read_text())["scenario_set"]["admission_ttft_slack_frac"] == 1.0
     policy = load_learned(result.artifact)
     assert isinstance(policy, RuleSelector)
     assert policy.manifest.trained_behind_admission_slack_frac == 1.0
