@@ -102,6 +102,17 @@ def _split(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def _check_admission_slack(admission_slack: float | None, command: str) -> None:
+    """Refuse a bad ``--admission-slack`` in one line, exit 2."""
+    from policies.admission import AdmissionConfig
+
+    try:
+        AdmissionConfig(admission_slack)
+    except ValueError as exc:
+        typer.echo(f"{command}: --admission-slack: {exc}", err=True)
+        raise typer.Exit(code=EXIT_INVALID) from None
+
+
 def _evaluate(
     name: str,
     version: int,
@@ -115,18 +126,13 @@ def _evaluate(
     from agents.evaluate import scenario_paths
     from agents.gate import EvidenceError
     from agents.registry import RegistryError, evaluate_version
-    from policies.admission import AdmissionConfig
 
     try:
         seed_list = [int(s) for s in _split(seeds)]
     except ValueError:
         typer.echo(f"pdctl policy evaluate: --seeds: expected a comma list of integers, got {seeds!r}", err=True)
         raise typer.Exit(code=EXIT_INVALID) from None
-    try:
-        AdmissionConfig(admission_slack)
-    except ValueError as exc:
-        typer.echo(f"pdctl policy evaluate: --admission-slack: {exc}", err=True)
-        raise typer.Exit(code=EXIT_INVALID) from None
+    _check_admission_slack(admission_slack, "pdctl policy evaluate")
     try:
         paths = scenario_paths(_split(scenarios))
         evidence = evaluate_version(
@@ -199,6 +205,10 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
                 err=True,
             )
             raise typer.Exit(code=EXIT_INVALID)
+        if admission_slack is not None and scenarios is None:
+            typer.echo("pdctl policy register: --admission-slack needs --scenarios (it is how they run)", err=True)
+            raise typer.Exit(code=EXIT_INVALID)
+        _check_admission_slack(admission_slack, "pdctl policy register")  # before anything is registered
         try:
             registered = register_policy(path, name, tracking_uri=tracking_uri)
         except RegistryError as exc:

@@ -186,6 +186,15 @@ def test_evidence_behind_admission_records_it_and_is_judged_only_against_the_sam
     bad = runner.invoke(app, [*args, "--admission-slack", "0"])
     assert bad.exit_code == 2
     assert "--admission-slack" in bad.output
+    register = ["policy", "register", str(SEED), "--name", "behind", "--tracking-uri", mlflow_server]
+    for extra, message in (
+        (["--admission-slack", "1"], "--admission-slack needs --scenarios"),
+        (["--admission-slack", "-1", "--scenarios", str(tiny)], "pdctl policy register: --admission-slack"),
+    ):
+        refused = runner.invoke(app, [*register, *extra])
+        assert refused.exit_code == 2
+        assert message in refused.output
+    assert len(list_policies("behind", tracking_uri=mlflow_server)) == 2  # nothing registered by the refusals
     ran = runner.invoke(app, [*args, "--admission-slack", "1"])
     assert ran.exit_code == 0, ran.output
     assert "(behind admission, slack 1)" in ran.output
