@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.gate import file_sha256
+from agents.gate import evaluate_specs, file_sha256
 from agents.grid_search import best_points, search
 from agents.harness import (
     ALL_TENANTS,
@@ -264,22 +264,11 @@ def evaluate_policies(
 ) -> dict[str, dict[str, float]]:
     """Mean priority-weighted goodput (req/s) per policy and scenario over ``seeds``, plus ``mean`` per policy.
 
-    With ``admission_ttft_slack_frac`` every policy runs behind the admission stage
-    (:attr:`agents.harness.RunSpec.admission_ttft_slack_frac`).
+    The gate's evaluation loop (:func:`agents.gate.evaluate_specs`), as a table. With ``admission_ttft_slack_frac``
+    every policy runs behind the admission stage (:attr:`agents.harness.RunSpec.admission_ttft_slack_frac`).
     """
-    out: dict[str, dict[str, float]] = {}
-    for spec in specs:
-        per_scenario: dict[str, float] = {}
-        for path in scenarios:
-            values = []
-            for seed in seeds:
-                result = run_one(RunSpec(spec, str(path), seed, admission_ttft_slack_frac=admission_ttft_slack_frac))
-                total = next(row for row in result.rows if row["tenant"] == "ALL")
-                values.append(float(total["weighted_goodput_rps"]))
-            per_scenario[path.stem] = float(np.mean(values))
-        per_scenario["mean"] = float(np.mean(list(per_scenario.values())))
-        out[spec] = per_scenario
-    return out
+    scores = evaluate_specs(specs, scenarios, seeds, admission_ttft_slack_frac)
+    return {spec: {**score.per_scenario, "mean": score.mean} for spec, score in scores.items()}
 
 
 def write_results(evaluation: Evaluation, out: Path, command: str) -> None:
