@@ -43,6 +43,7 @@ An artifact directory holds ``manifest.json`` (:class:`SelectorManifest`, ``form
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,7 +76,7 @@ from policies.set_features import (
     set_feature_hash,
 )
 from policies.transfer_fallback import remote_path_unusable
-from policies.watchdog import BudgetSplit
+from policies.watchdog import BudgetSplit, population_numbers
 
 __all__ = [
     "GROUP_INPUT_WIDTH",
@@ -100,6 +101,18 @@ MAX_BAR_DOUBLINGS = 5
 """A rule's bar doubles with each failed trial up to ``2 ** MAX_BAR_DOUBLINGS`` × ``failed_rule_bar_s`` (32×: 2 h 40
 min at 300 s), so a controller that runs for weeks never bars a rule for good. Below the cap in any evaluated run: five
 bars of 300 s take 2 h 35 min, longer than any scenario."""
+TRIAL_CHECK_MARGIN_FRAC = 0.10
+"""How much less often (absolute SLO attainment) the windows under a new rule may meet the objectives than those under
+the rule it replaced before the switch counts as failed (``trial_check_windows``). Per-window attainment is noisy; a
+tenth is twice the SLO watchdog's margin against its fallback."""
+TRIAL_CHECK_HEALTHY_FRAC = 0.9
+"""Only a switch away from a rule whose recorded windows met the objectives in at least this fraction of requests (the
+line of the sustainable rate, ``pdctl evaluate --sweep-rate``) is checked (``trial_check_windows``). Under overload
+every rule's windows worsen as the backlog grows, whichever routes it, and a rule that drains a backlog best starts
+from the worst windows: measured on validation scenarios, reverting such switches lost as often as it gained."""
+TRIAL_CHECK_LOAD_TOLERANCE_FRAC = 0.25
+"""A window under the new rule is compared only when its offered load per instance is at most this much above the
+mean of the left rule's windows (the SLO watchdog's ``load_tolerance_frac``): a rise in load is not blamed."""
 UNVARIED_SCALE = 1e-3
 """The input scale a fit gives a feature that never varied in its training data (the floor of the standard
 deviation, :func:`agents.selector_fit.fit_selector`); at run time such a feature is held at its training value."""
@@ -230,6 +243,31 @@ class SelectorBehaviour(BaseModel):
     and back three times in seven minutes, legacy's windows collapsing within 30 s each time, at a seventh of the
     best rule's goodput. Only a reverted rule is barred, not one left for a third rule, and the transfer fallback
     acts whatever is barred (its move to ``aggregated`` is no trial)."""
+
+    trial_check_windows: int = Field(default=0, ge=0, le=100)
+    """Outcome check of a switch (0 = off). When the selector switches a group from one rule to another, it keeps
+    the group's realised SLO attainment and offered load per instance (:func:`policies.watchdog.population_numbers`)
+    of up to this many last judged windows under the rule it left; a window that began before the switch is no
+    outcome of the new rule. Only a switch away from a rule that met the objectives (its windows' mean at least
+    :data:`TRIAL_CHECK_HEALTHY_FRAC`) is checked, and only for ``failed_rule_bar_s`` after it: once the new rule has
+    this many windows of its own, if those at a comparable or lighter load (at most
+    :data:`TRIAL_CHECK_LOAD_TOLERANCE_FRAC` above the left rule's mean) are at least half of them and met the
+    objectives less often than the left rule's by more than :data:`TRIAL_CHECK_MARGIN_FRAC`, the switch failed: the
+    group goes back to the rule it left at once, the new rule is barred as a failed trial, and the left rule's record
+    stays its windows before the trial until it has run as long as the trial did (its first windows back carry the
+    trial's backlog). The network predicts a switch's gain from the window before it; nothing else checks that the
+    gain came. Traced on a validation scenario (default-10323): a group meeting about 93 % of its objectives under
+    legacy was switched to isl-or-load on one burst window and met about a third of them for the rest of the run,
+    while the network kept rating isl-or-load at or above legacy. The transfer fallback's move to ``aggregated`` is
+    not checked (a safety move, not a trial)."""
+
+    @model_validator(mode="after")
+    def _check_needs_a_bar(self) -> SelectorBehaviour:
+        if self.trial_check_windows > 0 and self.failed_rule_bar_s <= 0:
+            raise ValueError(
+                "trial_check_windows needs failed_rule_bar_s > 0 (a failed trial bars the rule it reverts from)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _dwell_needs_settling(self) -> SelectorBehaviour:
@@ -481,6 +519,15 @@ class _GroupState:
     """The rule the group held before the acting one, when the acting one is on trial."""
     bars: dict[int, tuple[float, int]] = field(default_factory=dict)
     """Rule → (barred until, s; failed trials so far) (``failed_rule_bar_s``)."""
+    outcomes: deque[tuple[float, float]] = field(default_factory=deque)
+    """(SLO attainment, offered load per instance) of the acting rule's last judged windows
+    (``trial_check_windows``)."""
+    acting_since_s: float | None = None
+    """When the acting rule's windows start to count as its outcomes (``trial_check_windows``): at a switch, the
+    switch (a window still holding traffic the rule before routed is no outcome of the acting one); at a revert, as
+    long after it as the failed trial lasted."""
+    left_outcomes: tuple[tuple[float, float], ...] | None = None
+    """The left rule's last judged windows, while the acting rule's switch is checked (``trial_check_windows``)."""
 
 
 @dataclass
@@ -568,6 +615,9 @@ class RuleSelector:
             ):
                 chosen.append(self._advance(state, state.rule, context.now_s))
                 continue
+            if self._trial_failed(state, observation, context, group.name):
+                chosen.append(state.rule)
+                continue
             evidence = self._evidence(state, scores[gi])
             chosen.append(self._advance(state, self._challenger(state, evidence, context.now_s), context.now_s))
         decisions = {i: self.rules[i].decide(observation, context) for i in sorted(set(chosen))}
@@ -626,6 +676,8 @@ class RuleSelector:
             state.rule, state.proposed, state.streak = fallback, None, 0
             state.ratio_sum, state.ratio_windows = None, 0
             state.trial_since_s, state.previous = None, None  # a safety move, not a trial of the rule
+            state.outcomes.clear()
+            state.left_outcomes = None
         state.routing = fallback
         return True
 
@@ -685,7 +737,58 @@ class RuleSelector:
             state.previous, state.trial_since_s = state.rule, now_s
             state.rule, state.proposed, state.streak = best, None, 0
             state.ratio_sum, state.ratio_windows = None, 0
+            state.left_outcomes = tuple(state.outcomes) if state.outcomes else None
+            state.outcomes.clear()
+            state.acting_since_s = now_s
         return state.rule
+
+    def _trial_failed(self, state: _GroupState, observation: Observation, context: PolicyContext, group: str) -> bool:
+        """Record a judged window's outcome; revert a switch whose outcome fails (``trial_check_windows``).
+
+        Returns whether the group went back to the rule it left in this window.
+        """
+        count = self.manifest.trial_check_windows
+        if count <= 0:
+            return False
+        attainment, load = population_numbers(observation, context, frozenset({group}))
+        if attainment is None or load is None:
+            return False  # no evidence: neither recorded nor judged
+        if state.outcomes.maxlen != count:
+            state.outcomes = deque(state.outcomes, maxlen=count)
+        window_s = observation.window.window_s
+        if state.acting_since_s is not None and context.now_s < state.acting_since_s + window_s:
+            return False  # the window still holds traffic the rule before routed: no outcome of the acting one
+        state.outcomes.append((attainment, load))
+        left = state.left_outcomes
+        if left is None or state.previous is None or state.trial_since_s is None:
+            return False
+        if context.now_s - state.trial_since_s > self.manifest.failed_rule_bar_s:
+            state.left_outcomes = None  # the trial is over: the rule stays until the network says otherwise
+            return False
+        if len(state.outcomes) < count:
+            return False
+        left_attainment = sum(a for a, _ in left) / len(left)
+        left_load = sum(x for _, x in left) / len(left)
+        if left_attainment < TRIAL_CHECK_HEALTHY_FRAC:
+            state.left_outcomes = None  # left while falling short: a backlog, not the new rule, sets its windows
+            return False
+        comparable = [a for a, x in state.outcomes if x <= left_load * (1.0 + TRIAL_CHECK_LOAD_TOLERANCE_FRAC)]
+        if 2 * len(comparable) < count:
+            return False
+        if sum(comparable) / len(comparable) >= left_attainment - TRIAL_CHECK_MARGIN_FRAC:
+            return False
+        failed = state.bars.get(state.rule, (0.0, 0))[1] + 1
+        bar_s = self.manifest.failed_rule_bar_s * 2 ** min(failed - 1, MAX_BAR_DOUBLINGS)
+        state.bars[state.rule] = (context.now_s + bar_s, failed)
+        trial_s = context.now_s - state.trial_since_s
+        state.rule, state.proposed, state.streak = state.previous, None, 0
+        state.ratio_sum, state.ratio_windows = None, 0
+        state.trial_since_s, state.previous, state.left_outcomes = None, None, None  # back to a tried rule
+        # Its record stays its own windows before the trial until it has run as long as the trial did: the backlog
+        # the failed rule built up takes about as long to clear.
+        state.outcomes = deque(left, maxlen=count)
+        state.acting_since_s = context.now_s + trial_s
+        return True
 
     def _end_trial(self, state: _GroupState, best: int, now_s: float) -> None:
         """Bar the acting rule when the group goes back to ``best``, the rule before it, soon after switching to it.

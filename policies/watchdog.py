@@ -107,6 +107,7 @@ __all__ = [
     "WatchdogParams",
     "WatchdogState",
     "judge",
+    "population_numbers",
     "weighted_attainment",
 ]
 
@@ -304,7 +305,7 @@ def _all_groups(context: PolicyContext) -> frozenset[str]:
     return frozenset(g.name for g in context.groups)
 
 
-def _population_numbers(
+def population_numbers(
     observation: Observation, context: PolicyContext, groups: frozenset[str]
 ) -> tuple[float | None, float | None]:
     """Weighted attainment and offered load per instance over the tenants and pools of ``groups`` only."""
@@ -464,7 +465,7 @@ class SloWatchdog:
             streak, self._streak_attainment = 0, []
         self._left_out_before = left_out
         population = _all_groups(context) - left_out
-        judged, load = _population_numbers(observation, context, population)
+        judged, load = population_numbers(observation, context, population)
         if judged is None:  # every group with a known tenant is moving or ran as the fallback would: nothing judged
             return 0, None, settling, None
         p = self.params
@@ -492,7 +493,7 @@ class SloWatchdog:
         cluster, so never found no better, and a bar of 0.59 from the cluster's record held against that group).
         """
         population = _all_groups(context) if self._hold_groups is None else self._hold_groups
-        attainment, load = _population_numbers(observation, context, population)
+        attainment, load = population_numbers(observation, context, population)
         if attainment is None:
             return
         self._hold_attainment.append(attainment)

@@ -768,3 +768,108 @@ def test_a_dwell_after_start_does_not_delay_a_transfer_fallback() -> None:
     selector.decide(build_observation(window, ObservationContext(TENANTS, GROUPS, BASE)), context)
     assert selector.chosen_rules()["hot"] == "aggregated"
     assert selector.chosen_rules()["cool"] == "dynamo-legacy"
+
+
+def _decide_with_outcome(
+    selector: Policy,
+    pools: dict[str, PoolTargets],
+    now_s: float,
+    attainment: float,
+    rate_rps: float = 2.0,
+    window_s: float = 10.0,
+) -> ControlAction:
+    """One window in which ``rag`` (group ``hot``) asked ``rate_rps`` and met its objectives in ``attainment`` of
+    requests; ``chat`` (group ``cool``) always asks 2 req/s and meets 95 %."""
+    context = _context(pools, TENANTS, now_s)
+    groups = {g: GroupWindow(num_prefill=p.num_prefill, num_decode=p.num_decode) for g, p in pools.items()}
+    tw = {
+        "rag": TenantWindow(request_rate_rps=rate_rps, slo_attainment_frac=attainment),
+        "chat": TenantWindow(request_rate_rps=2.0, slo_attainment_frac=0.95),
+    }
+    window = MetricWindow(end_s=now_s, window_s=window_s, tenants=tw, groups=groups)
+    return selector.decide(build_observation(window, ObservationContext(TENANTS, GROUPS, BASE)), context)
+
+
+LOW = {"hot": PoolTargets(1, 7), "cool": PoolTargets(1, 7)}  # the three-rule network rates isl-bounding best
+
+
+def _trial(
+    after: list[tuple[float, float]], check_windows: int = 3, bar_s: float = 300.0, window_s: float = 10.0
+) -> tuple[RuleSelector, list[str]]:
+    """Legacy meets 95 % at 2 req/s for two windows, the group switches to isl-bounding at 10 s, then ``after``."""
+    selector = _three_rule_selector(trial_check_windows=check_windows, failed_rule_bar_s=bar_s)
+    windows = [(0.95, 2.0), (0.95, 2.0), *after]
+    seen = []
+    for step, (attainment, rate_rps) in enumerate(windows):
+        _decide_with_outcome(selector, LOW, 10.0 * step, attainment, rate_rps, window_s)
+        seen.append(selector.chosen_rules()["hot"])
+    return selector, seen
+
+
+def test_a_switch_whose_windows_meet_the_objectives_less_often_is_reverted_and_the_rule_barred() -> None:
+    selector, seen = _trial([(0.5, 2.0)] * 8)
+    assert seen[1] == "dynamo-isl-bounding"  # switched at 10 s on the network's scores
+    assert seen[2:4] == ["dynamo-isl-bounding"] * 2  # three windows of its own are needed (20, 30, 40 s)
+    assert seen[4] == "dynamo-legacy"  # at 40 s: 0.5 against 0.95, past the 0.10 margin
+    assert seen[5:] == ["dynamo-legacy"] * 5  # barred for 300 s, though the network still rates it best
+    until_s, failed = selector._groups["hot"].bars[2]
+    assert (until_s, failed) == (340.0, 1)
+    assert selector.chosen_rules()["cool"] == "dynamo-isl-bounding"  # switched too, and checked apart: it holds
+
+
+def test_a_switch_within_the_margin_stays() -> None:
+    _, seen = _trial([(0.88, 2.0)] * 8)
+    assert seen[1:] == ["dynamo-isl-bounding"] * 9
+
+
+def test_a_window_that_began_before_the_switch_is_not_the_new_rules_outcome() -> None:
+    # 20 s windows every 10 s: the window ending 10 s after the switch still holds 10 s that legacy routed
+    after = [(0.5, 2.0), (0.95, 2.0), (0.95, 2.0), (0.95, 2.0), (0.95, 2.0)]
+    _, seen = _trial(after, window_s=20.0)
+    assert seen[1:] == ["dynamo-isl-bounding"] * 6
+    _, counted = _trial(after, window_s=10.0)  # a 10 s window after the switch is the new rule's alone
+    assert counted[4] == "dynamo-legacy"  # (0.5 + 0.95 + 0.95) / 3 = 0.80, below 0.95 - 0.10
+
+
+def test_a_switch_is_not_blamed_for_a_rise_in_load() -> None:
+    _, heavier = _trial([(0.5, 3.0)] * 8)  # 1.5x the load legacy met 95 % at
+    assert heavier[1:] == ["dynamo-isl-bounding"] * 9
+    _, comparable = _trial([(0.5, 2.4)] * 8)  # within a quarter above it
+    assert comparable[4] == "dynamo-legacy"
+
+
+def test_a_switch_is_checked_only_for_as_long_as_a_failed_trial_bars() -> None:
+    _, seen = _trial([(0.95, 2.0)] * 6 + [(0.3, 2.0)] * 5, bar_s=60.0)
+    assert seen[1:] == ["dynamo-isl-bounding"] * 12  # it fell short 80 s after the switch: past the 60 s trial
+    _, within = _trial([(0.95, 2.0)] * 5 + [(0.3, 2.0)] * 5, bar_s=60.0)
+    assert within[7] == "dynamo-legacy"  # at 70 s, 60 s after the switch: still on trial
+
+
+def test_without_the_check_a_failing_switch_stays() -> None:
+    _, seen = _trial([(0.3, 2.0)] * 8, check_windows=0)
+    assert seen[1:] == ["dynamo-isl-bounding"] * 9
+
+
+def test_after_a_revert_the_left_rule_is_judged_on_its_windows_before_the_trial() -> None:
+    # Reverted at 40 s after a 30 s trial: legacy's windows until 70 s carry the trial's backlog (20 %) and are not
+    # recorded. Barred for 30 s only, isl-bounding is tried again at 80 s and judged against legacy's 95 %.
+    selector, seen = _trial([(0.5, 2.0)] * 3 + [(0.2, 2.0)] * 3 + [(0.95, 2.0)] + [(0.5, 2.0)] * 3, bar_s=30.0)
+    assert seen[4] == "dynamo-legacy"
+    assert seen[8] == "dynamo-isl-bounding"
+    assert seen[11] == "dynamo-legacy"  # 50 % against 95 %; had the backlog counted, against 45 %: no revert
+    assert selector._groups["hot"].bars[2][1] == 2
+
+
+def test_a_trial_check_needs_a_bar() -> None:
+    with pytest.raises(ValueError, match="trial_check_windows needs failed_rule_bar_s"):
+        _manifest(trial_check_windows=3)
+
+
+def test_a_switch_away_from_a_rule_falling_short_is_not_checked() -> None:
+    selector = _three_rule_selector(trial_check_windows=3, failed_rule_bar_s=300.0)
+    seen = []
+    for step, attainment in enumerate([0.85, 0.85, *[0.3] * 6]):  # legacy met 85 %: below the 90 % line
+        _decide_with_outcome(selector, LOW, 10.0 * step, attainment)
+        seen.append(selector.chosen_rules()["hot"])
+    assert seen[1:] == ["dynamo-isl-bounding"] * 7
+    assert selector._groups["hot"].left_outcomes is None  # judged once, then dropped
