@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from controller.actuators.base import ActuationResult, Outcome, Plan
+from controller.actuators.router import RouterActuator, admission_mismatch
 from controller.audit import AuditLog
 from controller.clock import Clock
 from controller.logs import TICK_LOGGER
@@ -33,6 +34,7 @@ from controller.sources.base import Topology
 from controller.telemetry import Telemetry
 from policies.control import ControlEffects, ControlInputs, ControlState, control_step
 from policies.guard import Clamp
+from policies.registry import fitted_admission_slack
 from policies.schema import ControlAction, MetricWindow, PoolTargets, RoutingThresholds
 from policies.watchdog import SloWatchdog
 
@@ -82,6 +84,8 @@ class _LoopState:
     """The last tick's window was stale (older than ``max_staleness_s``) or its source failed."""
     policy_error: str | None = None
     """Set by a tick whose policy raised; cleared by the first tick the policy (not a fallback) decides again."""
+    admission_mismatch: str | None = None
+    """Why the router's admission stage does not suit the policy (:func:`admission_mismatch`); ``None``: it does."""
 
     @property
     def policy_thresholds(self) -> Mapping[str, RoutingThresholds]:
@@ -217,12 +221,31 @@ class ControlLoop:
             self.telemetry.policy_loads.labels(result="ok").inc()
             self.telemetry.set_policy(rt.policy.policy_id, rt.generation, rt.config.mode)
 
+    def _check_admission(self, rt: Runtime) -> None:
+        """Warn (once per change) while the policy was fitted behind an admission stage the router does not run.
+
+        Not a reason to stop or to be unready: the policy still decides, as it would in ``pdctl evaluate`` without
+        ``--admission-slack``, only with less goodput than it was chosen for.
+        """
+        fitted = fitted_admission_slack(rt.policy)
+        readings = [a.admission for a in rt.actuators if isinstance(a, RouterActuator)]
+        problems = [p for p in (admission_mismatch(fitted, r) for r in readings) if p is not None]
+        problem = problems[0] if problems else None
+        if problem != self.state.admission_mismatch:
+            if problem is not None:
+                _log.warning("policy %s: %s", rt.policy.policy_id, problem)
+            elif self.state.admission_mismatch is not None:
+                _log.info("policy %s: the router's admission stage now suits it", rt.policy.policy_id)
+        self.state.admission_mismatch = problem
+        self.telemetry.admission_mismatch.set(0 if problem is None else 1)
+
     async def _tick(self) -> TickRecord:
         rt = self.runtime
         generation = rt.generation
         self.state.ticks += 1
         await self._refresh_registry_policy(rt)
         self.state.actuators_ready = await self._observe_topology(rt)
+        self._check_admission(rt)
         topology = self.state.topology
         polled = self.watcher.poll(rt.base, generation, self.clock.now())
         observed = await rt.source.observe(
@@ -261,6 +284,8 @@ class ControlLoop:
         record = self._record(rt, window, observed.error, effects, polled, plan, results, False)
         if policy_error is not None:
             record = {**record, "policy_error": policy_error}
+        if self.state.admission_mismatch is not None:
+            record = {**record, "admission_mismatch": self.state.admission_mismatch}
         self._emit(record)
         return TickRecord(record, window, effects.action, plan, results)
 

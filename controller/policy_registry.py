@@ -136,6 +136,12 @@ class RegistryPolicy:
         """The spec and the version in force."""
         return f"{self.spec}#v{self.version}"
 
+    @property
+    def inner(self) -> Policy | None:
+        """The loaded version (what :meth:`decide` delegates to)."""
+        with self._lock:
+            return self._inner
+
     def refresh(self) -> bool:
         """Follow the alias: load a new version if it moved. Returns False when a load failed (old one kept)."""
         try:

@@ -56,6 +56,12 @@ class Telemetry:
             "Priority- and rate-weighted SLO attainment of the last window, as the SLO watchdog saw it.",
             registry=registry,
         )
+        self.admission_mismatch = Gauge(
+            p + "admission_mismatch",
+            "1 while the policy was fitted behind the router's admission stage at a slack the router does not run "
+            "(or with the stage off there); the log says which.",
+            registry=registry,
+        )
         self.policy_info = Gauge(
             p + "policy_info", "Running policy (value 1).", ["policy_id", "generation", "mode"], registry=registry
         )

@@ -42,6 +42,7 @@ from policies.base import Policy, PolicyContext
 from policies.features import Observation, ObservationLayout
 from policies.learned import LearnedPolicy, PolicyLoadError
 from policies.policy_file import PolicyFileError, ResolvedPolicy, load_policy_file, resolve_policy
+from policies.rule_selector import RuleSelector
 from policies.rules import FilePolicy, QueueKvParams, QueueKvPolicy
 from policies.schema import ControlAction
 from policies.set_policy import SetPolicy
@@ -61,6 +62,7 @@ __all__ = [
     "RegistryResolver",
     "build_policy",
     "expand_alias",
+    "fitted_admission_slack",
     "fixed_layout",
     "layout_problem",
     "load_artifact_dir",
@@ -308,6 +310,25 @@ class _Labelled:
     def decide(self, observation: Observation, context: PolicyContext) -> ControlAction:
         """The wrapped policy's decision, relabelled."""
         return replace(self.inner.decide(observation, context), policy_id=self._policy_id)
+
+
+def fitted_admission_slack(policy: Policy) -> float | None:
+    """The admission stage's TTFT slack a rule selector inside ``policy`` was fitted behind (from its manifest).
+
+    ``None`` for a selector fitted without the stage and for every other policy. Looks through the SLO
+    watchdog's primary (its fallback is a rule, fitted behind nothing) and through any wrapper that exposes the
+    policy it delegates to as ``inner`` (relabelling, the controller's registry policy). A selector fitted behind
+    the stage is meant to run behind it at that slack (:mod:`policies.admission`): the evaluation warns otherwise,
+    and the controller compares it with the slack the router reports.
+    """
+    seen: object = policy
+    for _ in range(8):  # wrappers nest a few deep at most; a cycle would be a bug, not a reason to hang
+        if isinstance(seen, RuleSelector):
+            return seen.manifest.trained_behind_admission_slack_frac
+        seen = seen.primary if isinstance(seen, SloWatchdog) else getattr(seen, "inner", None)
+        if seen is None:
+            return None
+    return None
 
 
 def fixed_layout(policy: Policy) -> ObservationLayout | None:

@@ -101,8 +101,10 @@ class AdminApi:
         on_roles_changed: Callable[[], None],
         max_json_depth: int = 64,
         rollback: Rollback | None = None,
+        admission_ttft_slack_frac: float | None = None,
     ) -> None:
         self._token = token
+        self._admission_ttft_slack_frac = admission_ttft_slack_frac
         self._get_policy = get_policy
         self._set_policy = set_policy
         self._registry = registry
@@ -161,6 +163,8 @@ class AdminApi:
             "instances": self._registry.state(),
             "kv_transfer_healthy": self._transfer_healthy(),
             "rollback": self._rollback.state(),
+            # the controller checks that a policy fitted behind the admission stage runs behind it (null: off)
+            "admission": {"ttft_slack_frac": self._admission_ttft_slack_frac},
         }
 
     async def get_state(self, request: web.Request) -> web.Response:

@@ -46,6 +46,7 @@ class Router:
         policy = load_policy_file(config.policy_file) if config.policy_file else PolicyFile()
         self.policy = policy_state_from(policy, 0, str(config.policy_file or "<defaults>"))
         self.metrics.policy_generation.set(0)
+        self.metrics.admission_slack.set(config.admission.ttft_slack_frac or 0.0)
         self.log = RequestLog(config.request_log) if config.request_log else None
         self._flow = RequestFlow(
             config, self.registry, self.planner, self.transfer_health, self.metrics, self.log,
@@ -64,6 +65,7 @@ class Router:
             self._upkeep.publish_instances,
             config.limits.max_json_depth,
             self.planner.rollback,
+            config.admission.ttft_slack_frac,
         )
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None

@@ -209,6 +209,12 @@ class RouterMetrics:
         self.policy_generation = Gauge(
             "pdctl_router_policy_generation", "Generation of the routing policy in force.", registry=registry
         )
+        self.admission_slack = Gauge(
+            "pdctl_router_admission_ttft_slack_frac",
+            "The admission stage's TTFT slack: a request whose estimated TTFT exceeds this multiple of its tenant's "
+            "objective is refused (429); 0 when the stage is off.",
+            registry=registry,
+        )
         self.transfer_healthy.set(1)
 
     def rejected(self, tenant: str) -> None:

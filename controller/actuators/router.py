@@ -21,8 +21,9 @@ Both documents are compared as the router runs them, resolved into typed per-ten
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
@@ -35,7 +36,7 @@ from policies.schema import PoolTargets, TenantGroup
 
 _log = logging.getLogger("pdctl.controller")
 
-__all__ = ["RouterActuator", "policy_in_force", "role_changes"]
+__all__ = ["AdmissionReading", "RouterActuator", "admission_mismatch", "policy_in_force", "role_changes"]
 
 
 def role_changes(
@@ -106,6 +107,42 @@ def policy_in_force(document: object) -> ResolvedPolicy | None:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class AdmissionReading:
+    """The router's admission stage as ``GET /admin/state`` reports it."""
+
+    ttft_slack_frac: float | None
+    """The slack in force; ``None``: the stage is off."""
+
+    @staticmethod
+    def of(block: object) -> AdmissionReading | None:
+        """Parse the ``admission`` block; ``None`` when absent or malformed (a router that does not report it)."""
+        if not isinstance(block, dict) or "ttft_slack_frac" not in block:
+            return None
+        slack = block["ttft_slack_frac"]
+        if slack is None:
+            return AdmissionReading(None)
+        if isinstance(slack, bool) or not isinstance(slack, int | float) or not math.isfinite(slack) or slack <= 0:
+            return None
+        return AdmissionReading(float(slack))
+
+
+def admission_mismatch(fitted_slack_frac: float | None, reading: AdmissionReading | None) -> str | None:
+    """Why the router's admission stage does not match the policy (one line), ``None`` when it does or is unknown.
+
+    Only a policy fitted behind the stage (``fitted_slack_frac``, :func:`policies.registry.fitted_admission_slack`)
+    asks for it; any policy may run behind a stage it was not fitted behind.
+    """
+    if fitted_slack_frac is None or reading is None or reading.ttft_slack_frac == fitted_slack_frac:
+        return None
+    here = "is off" if reading.ttft_slack_frac is None else f"runs at slack {reading.ttft_slack_frac:g}"
+    return (
+        f"the policy was fitted behind the router's admission stage at slack {fitted_slack_frac:g}, and the "
+        f"router's stage {here}; set admission.ttft_slack_frac: {fitted_slack_frac:g} in the router config, or run "
+        "a policy fitted without it (learned:default)"
+    )
+
+
 class RouterActuator:
     """Actuates through the router admin API."""
 
@@ -120,6 +157,8 @@ class RouterActuator:
         self._live_generation: int | None = None
         self._live_roles_generation: int | None = None
         self._rollback_seen: object = None
+        self.admission: AdmissionReading | None = None
+        """The router's admission slack as last read (``None``: not read yet, or the router does not report it)."""
 
     @property
     def name(self) -> str:
@@ -144,6 +183,7 @@ class RouterActuator:
         self._live_generation = _generation(reply.body)
         self._live_roles_generation = _generation(reply.body, "roles_generation")
         self._note_rollback(reply.body.get("rollback"))
+        self.admission = AdmissionReading.of(reply.body.get("admission"))
         live = {str(i.get("id")): i for i in reply.body.get("instances", []) if isinstance(i, dict)}
         instances: list[InstanceInfo] = []
         for info in topology.instances:

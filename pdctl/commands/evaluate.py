@@ -60,8 +60,8 @@ def _check_policies(
     Warn about a selector fitted behind the admission stage that would run here without it.
     """
     from agents.evaluate import make_policy
-    from agents.selector_branch import find_selector
     from env.gym_env import resolve_scenario
+    from policies.registry import fitted_admission_slack
 
     scenario = resolve_scenario(scenario_path, traces)
     for spec in policies:
@@ -71,10 +71,7 @@ def _check_policies(
             policy = make_policy(spec, scenario)
         except Exception as exc:  # one line per bad spec, whatever the loader raised
             raise _fail(f"policy {spec!r}: {str(exc).splitlines()[0]}") from None
-        try:
-            fitted_slack = find_selector(policy).manifest.trained_behind_admission_slack_frac
-        except ValueError:  # not a rule selector
-            continue
+        fitted_slack = fitted_admission_slack(policy)
         if fitted_slack is not None and admission_slack != fitted_slack:
             here = "without it" if admission_slack is None else f"behind slack {admission_slack:g}"
             typer.echo(

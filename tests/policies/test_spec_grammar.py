@@ -167,3 +167,21 @@ def test_learned_admission_is_the_selector_fitted_behind_admission() -> None:
     default = load_policy("learned:default", BASE).inner  # type: ignore[attr-defined]
     assert default.manifest.trained_behind_admission_slack_frac is None
     assert selector.manifest.behaviour() == default.manifest.behaviour()  # it acts as the default does
+
+
+def test_fitted_admission_slack_looks_through_wrappers() -> None:
+    """The slack a selector was fitted behind is found under relabelling and the watchdog; other policies have none."""
+    from policies.registry import fitted_admission_slack
+
+    assert fitted_admission_slack(load_policy("learned:admission", BASE)) == 1.0
+    assert fitted_admission_slack(load_policy("watchdog:learned:admission", BASE)) == 1.0
+    assert fitted_admission_slack(load_policy("learned:default", BASE)) is None
+    assert fitted_admission_slack(load_policy("watchdog:learned:default", BASE)) is None
+    assert fitted_admission_slack(load_policy("baseline:dynamo-legacy", BASE)) is None
+
+    class Delegating:  # a wrapper that names what it delegates to as ``inner`` (the controller's registry policy)
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+
+    assert fitted_admission_slack(Delegating(Delegating(load_policy("learned:admission", BASE)))) == 1.0  # type: ignore[arg-type]
+    assert fitted_admission_slack(Delegating(None)) is None  # type: ignore[arg-type]
