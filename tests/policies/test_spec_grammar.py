@@ -166,7 +166,10 @@ def test_learned_admission_is_the_selector_fitted_behind_admission() -> None:
     assert selector.manifest.trained_behind_admission_slack_frac == 1.0
     default = load_policy("learned:default", BASE).inner  # type: ignore[attr-defined]
     assert default.manifest.trained_behind_admission_slack_frac is None
-    assert selector.manifest.behaviour() == default.manifest.behaviour()  # it acts as the default does
+    # it acts as the default does, but for the outcome check of a switch, which shipped for the default after
+    # learned:admission was chosen and was never judged behind the admission stage
+    assert {**selector.manifest.behaviour(), "trial_check_windows": 6} == default.manifest.behaviour()
+    assert selector.manifest.trial_check_windows == 0
 
 
 def test_fitted_admission_slack_looks_through_wrappers() -> None:
