@@ -562,6 +562,7 @@ def test_the_recipe_and_the_manifest_share_one_definition_of_how_the_selector_ac
         "dwell_after_start",
         "first_decision",
         "failed_rule_bar_s",
+        "trial_check_windows",
     }
     assert fields <= set(SelectorConfig.model_fields)
     assert fields <= set(SelectorManifest.model_fields)
@@ -575,6 +576,7 @@ def test_the_recipe_and_the_manifest_share_one_definition_of_how_the_selector_ac
         hold_while_objectives_met=True,
         dwell_after_start=True,
         failed_rule_bar_s=300.0,
+        trial_check_windows=6,
     )
     manifest = SelectorManifest(
         schema_version=1, feature_hash="x", rules=recipe.rules, hidden_width=4, **recipe.behaviour()
@@ -582,3 +584,5 @@ def test_the_recipe_and_the_manifest_share_one_definition_of_how_the_selector_ac
     assert manifest.behaviour() == recipe.behaviour()
     with pytest.raises(ValueError, match="transfer_fallback needs the aggregated rule"):
         SelectorConfig(rules=["dynamo-legacy", "dynamo-isl-bounding"], transfer_fallback=True)
+    with pytest.raises(ValueError, match="trial_check_windows needs failed_rule_bar_s"):
+        SelectorConfig(trial_check_windows=6)

@@ -29,6 +29,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agents.source_digest import OneSimulator
+
 ZERO_RATE_AS = 1 / 32
 """The rate a ratio takes for a policy that failed the sweep's lowest probe (1/16): half that probe."""
 
@@ -55,17 +57,11 @@ def read_sweeps(paths: list[str]) -> dict[str, dict[str, float]]:
             naming both files.
     """
     table: dict[str, dict[str, float]] = defaultdict(dict)
-    first: tuple[str, str] | None = None  # (simulator, file) of the first entry
+    simulator = OneSimulator(verb="swept", holder="field", noun="rates")
     for path in paths:
         with open(path, encoding="utf-8") as handle:
             for entry in json.load(handle):
-                simulator = entry.get("simulator_sha256") or "unrecorded"
-                first = first or (simulator, path)
-                if simulator != first[0]:
-                    raise SystemExit(
-                        f"{path}: swept by simulator {simulator[:12]}, {first[1]} by {first[0][:12]} "
-                        "(the simulator_sha256 field); rates of two simulators are not compared"
-                    )
+                simulator.see(entry.get("simulator_sha256"), path)
                 table[entry["scenario"]][entry["policy"]] = float(entry["max_rate_scale"])
     return table
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.paired import PairedRatio, paired_ratio
+from agents.source_digest import OneSimulator
 
 FLOOR_LINE = 0.9
 """Issue 18's floor: no scenario below this times its best rule."""
@@ -53,20 +54,13 @@ def _rows(paths: list[str], pool_seeds: bool = False) -> dict[str, dict[str, dic
     table: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
     seeds: dict[tuple[str, str], float] = {}
     digests: dict[str, tuple[str, str]] = {}
-    simulator: tuple[str, str] | None = None
+    simulator = OneSimulator()
     for path in paths:
         with open(path, newline="") as handle:
             for row in csv.DictReader(handle):
                 if row["tenant"] != "ALL" or float(row.get("rate_scale") or 1.0) != 1.0:
                     continue
-                measured_by = row.get("simulator_sha256") or "unrecorded"
-                if simulator is None:
-                    simulator = (measured_by, path)
-                elif simulator[0] != measured_by:
-                    raise SystemExit(
-                        f"{path}: measured by simulator {measured_by[:12]}, {simulator[1]} by {simulator[0][:12]} "
-                        "(the simulator_sha256 column); results of two simulators are not compared"
-                    )
+                simulator.see(row.get("simulator_sha256"), path)
                 digest = row.get("scenario_sha256") or ""
                 if digest:
                     seen = digests.setdefault(row["scenario"], (digest, path))
