@@ -147,9 +147,10 @@ def _soak_row(results: Path) -> str:
         days = int(doc["simulated_days"])
     except (KeyError, TypeError, ValueError) as exc:
         raise FiguresError(f"{path}: missing or bad {exc}") from None
+    flaps_text = f"{flaps} flap" if flaps == 1 else f"{flaps} flaps"
     return (
         f"| Soak: {days} simulated days under the controller's policy and guard | control-plane memory "
-        f"{growth:+.1f} KiB from day 1 to day {days}, at most {per_hour} pool changes per hour, {flaps} flaps | "
+        f"{growth:+.1f} KiB from day 1 to day {days}, at most {per_hour} pool changes per hour, {flaps_text} | "
         f"`{doc['command']}` → `benchmarks/results/soak.md` |"
     )
 

@@ -1,8 +1,11 @@
-"""Soak every shipped rule policy through the simulated week: no flapping of pools or routing thresholds.
+"""Soak every shipped rule policy and the learned default through the simulated week: no flapping of pools or routing
+thresholds.
 
 The scenario is the week soak's (:func:`tests.soak.test_week_soak.week_scenario`: diurnal chat and RAG, daily
 batch surges, a long surge on day 4, 2 % KV transfer failures). Each shipped rule policy (every baseline of
-:mod:`policies.baselines`, ``queue_kv``, every file in ``policies/examples/`` and the demo's policy file) runs the
+:mod:`policies.baselines`, ``queue_kv``, every file in ``policies/examples/`` and the demo's policy file) and
+``learned:default`` (the rule selector, whose switches between rules and reverts of failed switches must not show
+as flapping either) run the
 whole week twice through :class:`env.gym_env.PDClusterEnv`: once under the controller's default guard, once
 with the guard's threshold hysteresis off (``threshold_dead_band_frac = threshold_reversal_hold_s = 0``), so
 the figures say what the hysteresis changed.
@@ -44,6 +47,8 @@ RULE_POLICIES: tuple[str, ...] = (
     *(f"file:{path.relative_to(REPO)}" for path in sorted((REPO / "policies" / "examples").glob("*.yaml"))),
     f"file:{DEMO_POLICY.relative_to(REPO)}",
 )
+LEARNED_POLICIES: tuple[str, ...] = ("learned:default",)
+SOAKED: tuple[str, ...] = (*RULE_POLICIES, *LEARNED_POLICIES)
 NO_THRESHOLD_HYSTERESIS = GuardLimits(threshold_dead_band_frac=0.0, threshold_reversal_hold_s=0.0)
 _FIGURES: dict[str, dict[str, dict[str, Any]]] = {}
 
@@ -126,8 +131,8 @@ def week(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return week_scenario(tmp_path_factory.mktemp("soak"), days=DAYS)
 
 
-@pytest.mark.parametrize("spec", RULE_POLICIES)
-def test_no_rule_policy_flaps_under_the_default_guard(spec: str, week: Path) -> None:
+@pytest.mark.parametrize("spec", SOAKED)
+def test_no_shipped_policy_flaps_under_the_default_guard(spec: str, week: Path) -> None:
     guarded = soak(spec, GuardLimits(), week)
     unguarded = soak(spec, NO_THRESHOLD_HYSTERESIS, week)
     _FIGURES[spec] = {"default_guard": guarded, "no_threshold_hysteresis": unguarded}
@@ -145,12 +150,12 @@ def test_the_soak_sees_flapping_when_the_hysteresis_is_off(week: Path) -> None:
 
 def test_write_the_figures() -> None:
     """Write ``benchmarks/results/soak_policies.md`` from the runs above (skipped when they did not all run)."""
-    if set(_FIGURES) != set(RULE_POLICIES):
+    if set(_FIGURES) != set(SOAKED):
         pytest.skip("not every policy ran in this session")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "soak_policies.json").write_text(json.dumps(_FIGURES, indent=2) + "\n")
     lines = [
-        "# Soak: every shipped rule policy, with and without the guard's threshold hysteresis",
+        "# Soak: every shipped rule policy and the learned default, with and without the guard's threshold hysteresis",
         "",
         f"Command: `{COMMAND}`. Source: `tests/soak/test_policy_soak.py`; scenario of `tests/soak/test_week_soak.py` "
         f"({DAYS} simulated days, {DAYS * DAY_S // 60 - 1:,} decisions at a 60-s interval, seed 0). "
@@ -162,7 +167,7 @@ def test_write_the_figures() -> None:
         "threshold changes (off → default) | pool changes | pool flaps | weighted goodput req/s (off → default) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for spec in RULE_POLICIES:
+    for spec in SOAKED:
         off, on = _FIGURES[spec]["no_threshold_hysteresis"], _FIGURES[spec]["default_guard"]
         lines.append(
             f"| `{spec}` | {off['threshold_reversals']} → **{on['threshold_reversals']}** | "

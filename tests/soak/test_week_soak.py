@@ -259,8 +259,13 @@ def _write(summary: dict[str, Any], per_hour: list[int], thr_per_hour: list[int]
         "request (kept for scoring; not control-plane state) |",
         f"| guard state / threshold map sizes seen (groups, tenants ok, thresholds) | {summary['structure_sizes']} |",
         "",
-        "The guard bounds pool changes (one instance per pool per tick, cooldown, hysteresis) and no pool change was",
-        "reversed. Routing thresholds are under the guard's threshold hysteresis (`threshold_dead_band_frac` 0.05,",
+        "The guard bounds pool changes (one instance per pool per tick, cooldown, hysteresis); "
+        + (
+            "no pool change was reversed."
+            if summary["flaps"] == 0
+            else f"{summary['flaps']} pool change(s) were reversed within {FLAP_WINDOW_S} s (the bound is 0)."
+        ),
+        "Routing thresholds are under the guard's threshold hysteresis (`threshold_dead_band_frac` 0.05,",
         "`threshold_reversal_hold_s` 600): the rule policy still tightens a tenant's remote-prefill threshold when",
         "its TTFT objective is at risk and relaxes it back towards the policy file, but a move back within 600 s of",
         "the last move is refused, so the reversal count above is bounded by the guard (544 in the run before the",
