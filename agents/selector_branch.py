@@ -25,7 +25,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -39,6 +38,7 @@ from env.sim.simulator import ClusterSimulator
 from policies.admission import AdmissionConfig
 from policies.base import Policy
 from policies.learned import WEIGHTS_NAME
+from policies.registry import inner_rule_selector
 from policies.rule_selector import RuleSelector
 
 __all__ = [
@@ -200,17 +200,15 @@ def branch(
 
 
 def find_selector(policy: Policy) -> RuleSelector:
-    """The rule selector inside ``policy`` (through labels and safety wrappers).
+    """The rule selector inside ``policy``, through labels and safety wrappers (:func:`inner_rule_selector`).
 
     Raises:
         ValueError: there is none.
     """
-    seen: Any = policy
-    for _ in range(8):
-        if isinstance(seen, RuleSelector):
-            return seen
-        seen = getattr(seen, "inner", None) or getattr(seen, "primary", None)
-    raise ValueError(f"policy {policy.policy_id}: no rule selector inside it")
+    selector = inner_rule_selector(policy)
+    if selector is None:
+        raise ValueError(f"policy {policy.policy_id}: no rule selector inside it")
+    return selector
 
 
 def branched_rollout(task: BranchTask) -> list[BranchedGroup]:

@@ -64,6 +64,7 @@ __all__ = [
     "expand_alias",
     "fitted_admission_slack",
     "fixed_layout",
+    "inner_rule_selector",
     "layout_problem",
     "load_artifact_dir",
     "load_policy",
@@ -312,23 +313,32 @@ class _Labelled:
         return replace(self.inner.decide(observation, context), policy_id=self._policy_id)
 
 
-def fitted_admission_slack(policy: Policy) -> float | None:
-    """The admission stage's TTFT slack a rule selector inside ``policy`` was fitted behind (from its manifest).
+def inner_rule_selector(policy: Policy) -> RuleSelector | None:
+    """The rule selector ``policy`` is or wraps, ``None`` when there is none.
 
-    ``None`` for a selector fitted without the stage and for every other policy. Looks through the SLO
-    watchdog's primary (its fallback is a rule, fitted behind nothing) and through any wrapper that exposes the
-    policy it delegates to as ``inner`` (relabelling, the controller's registry policy). A selector fitted behind
-    the stage is meant to run behind it at that slack (:mod:`policies.admission`): the evaluation warns otherwise,
-    and the controller compares it with the slack the router reports.
+    Looks through the SLO watchdog's primary (its fallback is a rule) and through any wrapper that exposes the policy
+    it delegates to as ``inner`` (relabelling, the controller's registry policy).
     """
     seen: object = policy
     for _ in range(8):  # wrappers nest a few deep at most; a cycle would be a bug, not a reason to hang
         if isinstance(seen, RuleSelector):
-            return seen.manifest.trained_behind_admission_slack_frac
+            return seen
         seen = seen.primary if isinstance(seen, SloWatchdog) else getattr(seen, "inner", None)
         if seen is None:
             return None
     return None
+
+
+def fitted_admission_slack(policy: Policy) -> float | None:
+    """The admission stage's TTFT slack the rule selector inside ``policy`` was fitted behind (from its manifest).
+
+    ``None`` for a selector fitted without the stage and for a policy with no selector inside
+    (:func:`inner_rule_selector`). A selector fitted behind the stage is meant to run behind it at that slack
+    (:mod:`policies.admission`): the evaluation warns otherwise, and the controller compares it with the slack the
+    router reports.
+    """
+    selector = inner_rule_selector(policy)
+    return None if selector is None else selector.manifest.trained_behind_admission_slack_frac
 
 
 def fixed_layout(policy: Policy) -> ObservationLayout | None:

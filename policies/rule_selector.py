@@ -603,7 +603,12 @@ class RuleSelector:
             if state is None:
                 scored = self.manifest.first_decision == "scored" and rows.group_rows[gi][_GROUP_RATE] is not None
                 first = int(np.argmax(scores[gi])) if scored else 0
-                state = self._groups[group.name] = _GroupState(rule=first, routing=first, started_s=context.now_s)
+                state = self._groups[group.name] = _GroupState(
+                    rule=first,
+                    routing=first,
+                    started_s=context.now_s,
+                    outcomes=deque(maxlen=self.manifest.trial_check_windows),
+                )
             if self._transfer_fallback(state, group.name, observation, context):
                 chosen.append(state.rule)
                 continue
@@ -753,8 +758,6 @@ class RuleSelector:
         attainment, load = population_numbers(observation, context, frozenset({group}))
         if attainment is None or load is None:
             return False  # no evidence: neither recorded nor judged
-        if state.outcomes.maxlen != count:
-            state.outcomes = deque(state.outcomes, maxlen=count)
         window_s = observation.window.window_s
         if state.acting_since_s is not None and context.now_s < state.acting_since_s + window_s:
             return False  # the window still holds traffic the rule before routed: no outcome of the acting one
@@ -777,9 +780,7 @@ class RuleSelector:
             return False
         if sum(comparable) / len(comparable) >= left_attainment - TRIAL_CHECK_MARGIN_FRAC:
             return False
-        failed = state.bars.get(state.rule, (0.0, 0))[1] + 1
-        bar_s = self.manifest.failed_rule_bar_s * 2 ** min(failed - 1, MAX_BAR_DOUBLINGS)
-        state.bars[state.rule] = (context.now_s + bar_s, failed)
+        self._bar(state, state.rule, context.now_s)
         trial_s = context.now_s - state.trial_since_s
         state.rule, state.proposed, state.streak = state.previous, None, 0
         state.ratio_sum, state.ratio_windows = None, 0
@@ -799,8 +800,12 @@ class RuleSelector:
         trial = state.trial_since_s
         if bar_s <= 0 or trial is None or best != state.previous or now_s - trial >= bar_s:
             return
-        failed = state.bars.get(state.rule, (0.0, 0))[1] + 1
-        state.bars[state.rule] = (now_s + bar_s * 2 ** min(failed - 1, MAX_BAR_DOUBLINGS), failed)
+        self._bar(state, state.rule, now_s)
+
+    def _bar(self, state: _GroupState, rule: int, now_s: float) -> None:
+        """Bar ``rule`` from the group's choice after a failed trial: ``failed_rule_bar_s``, doubling per failure."""
+        failed = state.bars.get(rule, (0.0, 0))[1] + 1
+        state.bars[rule] = (now_s + self.manifest.failed_rule_bar_s * 2 ** min(failed - 1, MAX_BAR_DOUBLINGS), failed)
 
 
 def _score_ratios(scores: np.ndarray) -> np.ndarray:
