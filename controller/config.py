@@ -141,6 +141,10 @@ class GuardConfig(_Strict):
         600.0,
         description="seconds after a threshold moved during which a move back the other way is refused (0 = off)",
     )
+    pool_reversal_hold_s: Annotated[float, Field(ge=0)] = Field(
+        600.0,
+        description="seconds after a group's pools changed during which a pool's move back is held (0 = off)",
+    )
 
     def limits(self) -> GuardLimits:
         """As the guard's dataclass."""
@@ -151,6 +155,7 @@ class GuardConfig(_Strict):
             self.max_staleness_s,
             self.threshold_dead_band_frac,
             self.threshold_reversal_hold_s,
+            self.pool_reversal_hold_s,
         )
 
 

@@ -20,7 +20,18 @@ per pool and never down on stale or missing data; :mod:`policies.pool_clamp` has
    (no group window, no decode KV usage, or a tenant of the group without a request rate);
 6. a change still pending (instances starting or draining) → hold;
 7. cooldown: no change within ``cooldown_s`` of the last applied change;
-8. hysteresis: the same direction must be asked for ``hysteresis_ticks`` ticks in a row.
+8. **pool reversal hold**: a change that moves a pool in the direction opposite to its move in the group's last
+   applied change, within ``pool_reversal_hold_s`` of it, by the same deciding policy, is held (below);
+9. hysteresis: the same direction must be asked for ``hysteresis_ticks`` ticks in a row.
+
+The pool reversal hold is the pools' counterpart of the threshold reversal hold below: a sizer that adds a
+prefill instance and gives it back three minutes later (measured: ``queue_kv`` in the simulated week,
+``benchmarks/results/soak.md``) pays two instance restarts for nothing. Not held: a move by another policy (a
+handover exists to undo what the previous policy did), a move asked for with a change of the route rule of a
+tenant of the group (the rule selector moving the group to another rule, whose pools must act as that rule
+sets them; the group's move memory is forgotten then, so the new rule's next ticks are not held either), a
+group running outside its bounds or above what may run (a correction, never held), and the rollback on a broken
+transfer path (below; it leaves no move to reverse, so the way back to a split is not held either).
 
 **Rollback on a broken transfer path.** When the window shows the group's KV-transfer path unusable
 (:func:`policies.transfer_fallback.remote_path_unusable`: half its remote legs failed, or their p95 transfer time
@@ -68,7 +79,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from policies.base import PolicyContext
 from policies.pool_clamp import Clamp, ClampReason, PoolClamp, group_data_complete
-from policies.schema import ControlAction, MetricWindow, PoolTargets, RoutingThresholds
+from policies.schema import ControlAction, MetricWindow, PoolTargets, RoutingThresholds, TenantGroup
 from policies.transfer_fallback import remote_path_unusable
 
 __all__ = [
@@ -112,6 +123,9 @@ class GuardLimits:
         threshold_reversal_hold_s: seconds after a threshold field moved during which a move of that field in
             the opposite direction is refused (0 = off). Default 600 s: ten one-minute intervals, the window in
             which the soak counts a reversal as flapping.
+        pool_reversal_hold_s: seconds after a group's pools changed during which a move of a pool in the opposite
+            direction by the same policy is held (0 = off). Default 600 s: the window in which the soak counts a
+            pool flap.
     """
 
     max_step_per_tick: int = 1
@@ -120,6 +134,7 @@ class GuardLimits:
     max_staleness_s: float = 30.0
     threshold_dead_band_frac: float = 0.05
     threshold_reversal_hold_s: float = 600.0
+    pool_reversal_hold_s: float = 600.0
 
     def __post_init__(self) -> None:
         if self.max_step_per_tick < 1:
@@ -132,6 +147,8 @@ class GuardLimits:
             raise ValueError(f"threshold_dead_band_frac must be within [0, 1), got {self.threshold_dead_band_frac}")
         if self.threshold_reversal_hold_s < 0:
             raise ValueError(f"threshold_reversal_hold_s must be >= 0, got {self.threshold_reversal_hold_s}")
+        if self.pool_reversal_hold_s < 0:
+            raise ValueError(f"pool_reversal_hold_s must be >= 0, got {self.pool_reversal_hold_s}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +158,11 @@ class GroupGuardState:
     last_change_s: float | None = None
     streak_direction: tuple[int, int] = (0, 0)
     streak_ticks: int = 0
+    last_move: tuple[int, int] = (0, 0)
+    """Direction of each pool (prefill, decode) in the last applied change; (0, 0) when there is none to hold
+    against (none yet, a transfer rollback, or forgotten at a change of the route rule)."""
+    last_move_policy_id: str = ""
+    """The deciding policy of that change (``ControlAction.policy_id``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +216,16 @@ _UNORDERED_THRESHOLD_FIELDS: tuple[str, ...] = tuple(
 )
 
 
+def _rule_handover(action: ControlAction, context: PolicyContext, group: TenantGroup) -> bool:
+    """Whether ``action`` changes the route rule of a tenant of ``group`` (a handover between rules)."""
+    for tenant in group.tenants:
+        requested = action.thresholds.get(tenant)
+        current = context.current_thresholds.get(tenant)
+        if requested is not None and current is not None and requested.rule != current.rule:
+            return True
+    return False
+
+
 class SafetyGuard:
     """Clamps actions to bounds, budget, step, cooldown and hysteresis (see the module docstring)."""
 
@@ -223,13 +255,17 @@ class SafetyGuard:
                 clamps,
                 max_total=context.max_instances(group),
             )
+            memory = state.groups.get(name, GroupGuardState())
+            if _rule_handover(action, context, group):
+                memory = replace(memory, last_move=(0, 0), last_move_policy_id="")
             target, next_states[name] = self._group(
                 work,
-                state.groups.get(name, GroupGuardState()),
+                memory,
                 stale=stale,
                 complete=group_data_complete(window, context, name),
                 pending=self._pending(window, name),
                 now_s=context.now_s,
+                policy_id=action.policy_id,
                 rollback=not stale and remote_path_unusable(window, context, name),
             )
             pools[name] = target
@@ -256,11 +292,13 @@ class SafetyGuard:
         complete: bool,
         pending: bool,
         now_s: float,
+        policy_id: str = "",
         rollback: bool = False,
     ) -> tuple[PoolTargets, GroupGuardState]:
         current = work.current
         if (work.prefill, work.decode) == (current.num_prefill, current.num_decode):
             return current, replace(memory, streak_direction=(0, 0), streak_ticks=0)
+        correcting = work.outside_what_may_run
         work.bounds()
         work.budget(shrink=True)
         if rollback and work.toward_aggregated:
@@ -273,7 +311,7 @@ class SafetyGuard:
                     f"KV-transfer path unusable: {(current.num_prefill, current.num_decode)} -> "
                     f"{(work.prefill, work.decode)} at once",
                 )
-                return PoolTargets(work.prefill, work.decode), GroupGuardState(now_s, (0, 0), 0)
+                return PoolTargets(work.prefill, work.decode), GroupGuardState(now_s)
         work.step(self.limits.max_step_per_tick)
         work.budget(shrink=False)
         if stale:
@@ -290,11 +328,30 @@ class SafetyGuard:
         elif memory.last_change_s is not None and now_s - memory.last_change_s < self.limits.cooldown_s:
             left_s = self.limits.cooldown_s - (now_s - memory.last_change_s)
             work.hold(ClampReason.COOLDOWN, f"{left_s:.1f} s of cooldown left")
+        elif not correcting and (held := self._pool_reversal(memory, direction, now_s, policy_id)) is not None:
+            work.hold(ClampReason.POOL_REVERSAL, held)
         elif streak < self.limits.hysteresis_ticks:
             work.hold(ClampReason.HYSTERESIS, f"asked {streak} of {self.limits.hysteresis_ticks} ticks")
         else:
-            return PoolTargets(work.prefill, work.decode), GroupGuardState(now_s, (0, 0), 0)
+            return PoolTargets(work.prefill, work.decode), GroupGuardState(
+                now_s, last_move=direction, last_move_policy_id=policy_id
+            )
         return current, memory
+
+    def _pool_reversal(
+        self, memory: GroupGuardState, direction: tuple[int, int], now_s: float, policy_id: str
+    ) -> str | None:
+        """Why a move in ``direction`` is held as a reversal of the group's last applied change; ``None`` if not."""
+        hold_s = self.limits.pool_reversal_hold_s
+        if memory.last_change_s is None or memory.last_move_policy_id != policy_id:
+            return None
+        age_s = now_s - memory.last_change_s
+        if age_s >= hold_s:
+            return None
+        for pool, new, last in zip(("prefill", "decode"), direction, memory.last_move, strict=True):
+            if last != 0 and new == -last:
+                return f"{pool} reverses its move {age_s:.0f} s ago ({hold_s - age_s:.0f} s of hold left)"
+        return None
 
     def _thresholds(
         self,

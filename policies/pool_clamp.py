@@ -56,6 +56,7 @@ class ClampReason(enum.StrEnum):
     LIVE_CAPACITY = "live_capacity"
     TRANSFER_ROLLBACK = "transfer_rollback"
     """Not a cut: a move toward aggregated serving let through at once (:mod:`policies.transfer_fallback`)."""
+    POOL_REVERSAL = "pool_reversal"
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,11 +156,26 @@ class PoolClamp:
         """The fewest instances ``pool`` may keep: its minimum (decode's is at least one, by the schema)."""
         return self.group.min_prefill if pool == "prefill" else max(self.group.min_decode, 1)
 
-    def bounds(self) -> None:
-        """Each pool within its floor (:meth:`floor`) and its maximum."""
+    def _maxima(self) -> tuple[int, int]:
         g = self.group
         max_prefill = g.max_prefill if g.max_prefill is not None else g.max_instances
         max_decode = g.max_decode if g.max_decode is not None else g.max_instances
+        return max_prefill, max_decode
+
+    @property
+    def outside_what_may_run(self) -> bool:
+        """Whether what runs is outside a pool's bounds or above ``max_total`` (a move from it is a correction)."""
+        cur = self.current
+        max_prefill, max_decode = self._maxima()
+        return (
+            not self.floor("prefill") <= cur.num_prefill <= max_prefill
+            or not self.floor("decode") <= cur.num_decode <= max_decode
+            or cur.num_prefill + cur.num_decode > self.max_total
+        )
+
+    def bounds(self) -> None:
+        """Each pool within its floor (:meth:`floor`) and its maximum."""
+        max_prefill, max_decode = self._maxima()
         for pool, high in (("prefill", max_prefill), ("decode", max_decode)):
             low = self.floor(pool)
             value = self._value(pool)

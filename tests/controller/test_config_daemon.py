@@ -80,6 +80,7 @@ def test_json_config_is_accepted(tmp_path: Path) -> None:
          "watchdog max_hold_intervals (10) must be >= hold_intervals (30)"),
         ({"guard": {"threshold_dead_band_frac": 1.0}}, "guard.threshold_dead_band_frac"),
         ({"guard": {"threshold_reversal_hold_s": -1}}, "guard.threshold_reversal_hold_s"),
+        ({"guard": {"pool_reversal_hold_s": -1}}, "guard.pool_reversal_hold_s"),
         ({"watchdog": {"load_tolerance_frac": 0}}, "watchdog.load_tolerance_frac"),
         ({"watchdog": {"min_evidence_windows": 5, "max_evidence_windows": 4}},
          "watchdog max_evidence_windows (4) must be >= min_evidence_windows (5)"),

@@ -350,6 +350,8 @@ def test_guard_limits_refuse_bad_hysteresis_knobs() -> None:
         GuardLimits(threshold_dead_band_frac=1.0)
     with pytest.raises(ValueError, match=r"^threshold_reversal_hold_s must be >= 0, got -1\.0$"):
         GuardLimits(threshold_reversal_hold_s=-1.0)
+    with pytest.raises(ValueError, match=r"^pool_reversal_hold_s must be >= 0, got -1\.0$"):
+        GuardLimits(pool_reversal_hold_s=-1.0)
 
 
 def test_a_handover_to_another_policy_may_reverse_at_once() -> None:
@@ -463,3 +465,117 @@ def test_a_healthy_path_stale_data_or_a_move_toward_prefill_stay_paced() -> None
     assert ClampReason.TRANSFER_ROLLBACK not in stale[1]
     toward_prefill = _guarded(PoolTargets(2, 6), PoolTargets(5, 3), _broken(PoolTargets(2, 6)))
     assert toward_prefill == (PoolTargets(2, 6), held)
+
+
+# ------------------------------------------------------------------------------------------ pool reversal hold
+
+HOLD = GuardLimits(max_step_per_tick=1, cooldown_s=60.0, hysteresis_ticks=1, pool_reversal_hold_s=600.0)
+
+
+def _pool_step(
+    current: PoolTargets,
+    target: PoolTargets,
+    now_s: float,
+    state: GuardState,
+    *,
+    policy_id: str = "baseline:queue_kv",
+    limits: GuardLimits = HOLD,
+    thresholds: tuple[RoutingThresholds, RoutingThresholds] | None = None,
+    group: TenantGroup = GROUP,
+) -> tuple[PoolTargets, set[ClampReason], GuardState]:
+    """One guarded tick; ``thresholds`` = (running, asked) for tenant ``a`` (a change of its route rule, say)."""
+    ctx = context(current, now_s=now_s, group=group)
+    asked: dict[str, RoutingThresholds] = {}
+    if thresholds is not None:
+        ctx = replace(ctx, current_thresholds={"a": thresholds[0]})
+        asked = {"a": thresholds[1]}
+    action = ControlAction(thresholds=asked, pools={"g": target}, policy_id=policy_id)
+    result = SafetyGuard(limits).apply(action, ctx, window(current), state)
+    return result.action.pools["g"], {c.reason for c in result.clamps}, result.state
+
+
+def test_a_pool_move_reversed_within_the_hold_is_held_then_allowed() -> None:
+    """A sizer that adds a prefill instance and gives it back three minutes later is held for the hold's length;
+    a move onward in the same direction, and the move back after the hold, pass."""
+    target, reasons, state = _pool_step(PoolTargets(2, 4), PoolTargets(3, 3), 1000.0, GuardState())
+    assert (target, reasons) == (PoolTargets(3, 3), set())
+    assert state.groups["g"].last_move == (1, -1)
+    assert state.groups["g"].last_move_policy_id == "baseline:queue_kv"
+    target, reasons, held = _pool_step(PoolTargets(3, 3), PoolTargets(2, 4), 1180.0, state)
+    assert (target, reasons) == (PoolTargets(3, 3), {ClampReason.POOL_REVERSAL})
+    assert held.groups["g"].last_change_s == 1000.0  # a hold is not a change
+    # Reversing one pool is enough: prefill back down with decode unchanged is held too.
+    assert _pool_step(PoolTargets(3, 3), PoolTargets(2, 3), 1180.0, state)[1] == {ClampReason.POOL_REVERSAL}
+    # Onward in the same direction passes (cooldown over).
+    assert _pool_step(PoolTargets(3, 3), PoolTargets(4, 2), 1180.0, state)[0] == PoolTargets(4, 2)
+    # After the hold the move back passes.
+    target, reasons, _ = _pool_step(PoolTargets(3, 3), PoolTargets(2, 4), 1600.0, state)
+    assert (target, reasons) == (PoolTargets(2, 4), set())
+    # Off: the move back passes once the cooldown is over.
+    off = replace(HOLD, pool_reversal_hold_s=0.0)
+    assert _pool_step(PoolTargets(3, 3), PoolTargets(2, 4), 1180.0, state, limits=off)[0] == PoolTargets(2, 4)
+
+
+def test_a_pool_reversal_is_held_by_the_hold_not_only_by_the_cooldown() -> None:
+    """The hold outlasts the cooldown: 61 s after a move, its reversal is held as a reversal."""
+    _, _, state = _pool_step(PoolTargets(2, 4), PoolTargets(3, 4), 1000.0, GuardState())
+    assert _pool_step(PoolTargets(3, 4), PoolTargets(2, 4), 1030.0, state)[1] == {ClampReason.COOLDOWN}
+    assert _pool_step(PoolTargets(3, 4), PoolTargets(2, 4), 1061.0, state)[1] == {ClampReason.POOL_REVERSAL}
+
+
+def test_another_policy_or_a_change_of_route_rule_may_reverse_the_pools_at_once() -> None:
+    _, _, state = _pool_step(PoolTargets(2, 4), PoolTargets(3, 3), 1000.0, GuardState(), policy_id="learned:x")
+    # The watchdog's fallback (another policy id) undoes the primary's move at once.
+    fallback = _pool_step(
+        PoolTargets(3, 3), PoolTargets(2, 4), 1180.0, state, policy_id="watchdog[baseline:dynamo-legacy]:learned:x"
+    )
+    assert fallback[:2] == (PoolTargets(2, 4), set())
+    # The same policy moving the group to another rule: the new rule's pools act at once ...
+    legacy = RoutingThresholds(rule=RouteRule.DYNAMO_LEGACY)
+    aggregated = RoutingThresholds(rule=RouteRule.AGGREGATED_ONLY)
+    to_aggregated = _pool_step(
+        PoolTargets(3, 3), PoolTargets(2, 4), 1180.0, state, policy_id="learned:x", thresholds=(legacy, aggregated)
+    )
+    assert to_aggregated[:2] == (PoolTargets(2, 4), set())
+    # ... and the group's move memory is forgotten even when the rule's first move waits (here: the hysteresis),
+    # so the same move asked on the next tick, under the new rule, is not held as a reversal either.
+    paced = replace(HOLD, hysteresis_ticks=2)
+    waited = _pool_step(
+        PoolTargets(3, 3), PoolTargets(2, 4), 1180.0, state,
+        policy_id="learned:x", limits=paced, thresholds=(legacy, aggregated),
+    )  # fmt: skip
+    assert waited[:2] == (PoolTargets(3, 3), {ClampReason.HYSTERESIS})
+    assert waited[2].groups["g"].last_move == (0, 0)
+    next_tick = _pool_step(PoolTargets(3, 3), PoolTargets(2, 4), 1240.0, waited[2], policy_id="learned:x", limits=paced)
+    assert next_tick[:2] == (PoolTargets(2, 4), set())
+    # Without a change of rule the same policy is held.
+    same_rule = _pool_step(
+        PoolTargets(3, 3), PoolTargets(2, 4), 1180.0, state, policy_id="learned:x", thresholds=(legacy, legacy)
+    )
+    assert same_rule[1] == {ClampReason.POOL_REVERSAL}
+
+
+def test_a_correction_into_the_bounds_is_never_held_as_a_reversal() -> None:
+    """A group running outside its bounds (a narrowed policy file, say) is moved back into them at once."""
+    _, _, state = _pool_step(PoolTargets(2, 4), PoolTargets(3, 3), 1000.0, GuardState())
+    narrowed = replace(GROUP, max_prefill=2, min_decode=4)
+    target, reasons, _ = _pool_step(PoolTargets(3, 3), PoolTargets(2, 4), 1180.0, state, group=narrowed)
+    assert (target, reasons) == (PoolTargets(2, 4), set())
+    # Within the bounds the same move is a reversal, and held.
+    assert _pool_step(PoolTargets(3, 3), PoolTargets(2, 4), 1180.0, state)[1] == {ClampReason.POOL_REVERSAL}
+
+
+def test_a_transfer_rollback_leaves_no_move_to_hold_the_way_back() -> None:
+    """The rollback on a broken path applies at once and records no direction: the paced way back to a split,
+    once the path works again, is not held as its reversal."""
+    limits = replace(HOLD, hysteresis_ticks=1)
+    rolled = SafetyGuard(limits).apply(
+        ControlAction(pools={"g": PoolTargets(1, 6)}, policy_id="baseline:queue_kv"),
+        context(PoolTargets(5, 2)),
+        _broken(PoolTargets(5, 2)),
+        GuardState(),
+    )
+    assert rolled.action.pools["g"] == PoolTargets(1, 6)
+    assert rolled.state.groups["g"].last_move == (0, 0)
+    target, reasons, _ = _pool_step(PoolTargets(1, 6), PoolTargets(2, 5), 1120.0, rolled.state, limits=limits)
+    assert (target, reasons) == (PoolTargets(2, 5), set())
