@@ -12,7 +12,9 @@ the figures say what the hysteresis changed.
 
 A **reversal** is a tenant's ordered routing threshold (:data:`policies.guard.ORDERED_THRESHOLD_FIELDS`) moved
 in the direction opposite to its previous move within ``FLAP_WINDOW_S`` (ten minutes); a **pool flap** is a
-pool change reversed within the same window. Under the default guard every policy must show neither. The
+pool change reversed within the same window (the guard's pool reversal hold, ``pool_reversal_hold_s``, holds
+those; ``test_the_soak_sees_a_pool_flap_when_the_pool_hold_is_off`` shows the count can fail without it). Under
+the default guard every policy must show neither. The
 figures (reversals in the week, most reversals in any ten-minute window, threshold changes, pool changes and
 priority-weighted goodput, with and without the hysteresis) go to ``benchmarks/results/soak_policies.md``.
 
@@ -146,6 +148,13 @@ def test_the_soak_sees_flapping_when_the_hysteresis_is_off(week: Path) -> None:
     figures = _FIGURES.get("baseline:queue_kv")
     off = figures["no_threshold_hysteresis"] if figures else soak("baseline:queue_kv", NO_THRESHOLD_HYSTERESIS, week)
     assert off["threshold_reversals"] > 100
+
+
+def test_the_soak_sees_a_pool_flap_when_the_pool_hold_is_off(week: Path) -> None:
+    """The pool check can fail: without the guard's pool reversal hold, ``queue_kv`` gives a prefill instance back
+    within ten minutes of taking it (measured: 1 flap in the week; 0 with the hold)."""
+    off = soak("baseline:queue_kv", GuardLimits(pool_reversal_hold_s=0.0), week)
+    assert off["pool_flaps"] >= 1, off
 
 
 def test_write_the_figures() -> None:
