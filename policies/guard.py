@@ -36,7 +36,7 @@ transfer path (below; it leaves no move to reverse, so the way back to a split i
 **Rollback on a broken transfer path.** When the window shows the group's KV-transfer path unusable
 (:func:`policies.transfer_fallback.remote_path_unusable`: half its remote legs failed, or their p95 transfer time
 reached the loosest TTFT objective of its tenants) and the target moves toward aggregated serving (fewer prefill
-instances, no fewer decode instances), checks 4, 6, 7 and 8 are waived: the move is applied in one tick, noted
+instances, no fewer decode instances), checks 4 and 6 to 9 are waived: the move is applied in one tick, noted
 as a ``transfer_rollback`` clamp. Bounds, budget and the data checks still apply (on stale data nothing is judged
 unusable). With the remote path gone the prefill pool serves nobody, and each paced tick leaves the decode pool
 alone under the whole load, building a backlog that can outlast the incident. The way back to a split is paced

@@ -577,5 +577,17 @@ def test_a_transfer_rollback_leaves_no_move_to_hold_the_way_back() -> None:
     )
     assert rolled.action.pools["g"] == PoolTargets(1, 6)
     assert rolled.state.groups["g"].last_move == (0, 0)
+    # The rollback itself passes the hold: it reverses a move toward prefill made 10 s before.
+    toward_prefill = GuardState(
+        {"g": GroupGuardState(990.0, last_move=(1, -1), last_move_policy_id="baseline:queue_kv")}
+    )
+    again = SafetyGuard(limits).apply(
+        ControlAction(pools={"g": PoolTargets(1, 6)}, policy_id="baseline:queue_kv"),
+        context(PoolTargets(5, 2)),
+        _broken(PoolTargets(5, 2)),
+        toward_prefill,
+    )
+    assert again.action.pools["g"] == PoolTargets(1, 6)
+    assert {c.reason for c in again.clamps} == {ClampReason.TRANSFER_ROLLBACK}
     target, reasons, _ = _pool_step(PoolTargets(1, 6), PoolTargets(2, 5), 1120.0, rolled.state, limits=limits)
     assert (target, reasons) == (PoolTargets(2, 5), set())
