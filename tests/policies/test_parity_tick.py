@@ -119,6 +119,7 @@ class Case:
     baseline_params: Mapping[str, float] = field(default_factory=dict)
     watchdog: Mapping[str, Any] | None = None
     override: Mapping[str, Any] | None = None
+    guard: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -143,7 +144,7 @@ async def run_both(case: Case, tmp_path: Path) -> Run:
         override_dir=tmp_path / "overrides",
         audit_log=tmp_path / "audit.jsonl",
         instances=instances_of(scenario),
-        guard=GUARD,
+        guard=case.guard or GUARD,
         watchdog=case.watchdog,
     )
     runtime = build_runtime(config, generation=1, started_s=0.0)
@@ -247,11 +248,21 @@ async def test_parity_tick_rule_policy(tmp_path: Path) -> None:
 
 
 async def test_parity_tick_pool_moves_under_max_step_and_cooldown(tmp_path: Path) -> None:
-    run = await run_both(Case("baseline:dynamo-throughput", THROUGHPUT_PLANNER), tmp_path)
+    """Without the pool reversal hold, so that the planner's moves back and forth exercise many pool moves."""
+    no_hold = {**GUARD, "pool_reversal_hold_s": 0.0}
+    run = await run_both(Case("baseline:dynamo-throughput", THROUGHPUT_PLANNER, guard=no_hold), tmp_path)
     seen = assert_same(run)
     assert seen["pool_moves"] >= 3
     assert seen["max_step"] >= 1
     assert seen["cooldown"] >= 1
+
+
+async def test_parity_tick_pool_reversal_hold(tmp_path: Path) -> None:
+    """Under the default hold the same planner's moves back are held, alike in both adapters."""
+    run = await run_both(Case("baseline:dynamo-throughput", THROUGHPUT_PLANNER), tmp_path)
+    seen = assert_same(run)
+    assert seen["pool_moves"] >= 1
+    assert seen["pool_reversal"] >= 1
 
 
 async def test_parity_tick_with_an_override_active(tmp_path: Path) -> None:
