@@ -56,12 +56,14 @@ def test_figures_follow_the_files(tmp_path: Path) -> None:
     shutil.copytree(REPO / "benchmarks" / "results", results)
     path = results / "raw" / "router_overhead.json"
     doc = json.loads(path.read_text())
-    for fig in doc["figures"]:
+    for fig in doc["figures"]:  # both figures set here: the test does not depend on the last benchmark run
+        if fig["metric"] == "added TTFT p50" and fig["config"].startswith("200 streams, router"):
+            fig["median"] = 1.2
         if fig["metric"] == "added TTFT p99" and fig["config"].startswith("200 streams, router"):
             fig["median"] = 1.5
     path.write_text(json.dumps(doc))
     table = figures.figures_table(results, results / "raw")
-    assert "16.6 ms / 1.50 ms" in table
+    assert "1.20 ms / 1.50 ms" in table
     assert "target < 2 ms p99 at 200: met" in table
     soak = json.loads((results / "soak.json").read_text())
     del soak["flaps"]
