@@ -39,6 +39,7 @@ from agents.harness import (
     METRICS,
     RunResult,
     RunSpec,
+    guard_changes,
     run_label,
     run_many,
     run_one,
@@ -57,6 +58,7 @@ from agents.policy_specs import (
 from agents.runs import scale_rates
 from agents.source_digest import source_digest
 from env.gym_env import SCENARIO_DIR
+from policies.guard import GuardLimits
 
 __all__ = [
     "ALL_TENANTS",
@@ -203,12 +205,20 @@ def evaluate(
     on_done: Callable[[RunResult], None] | None = None,
     on_grid_progress: Callable[[int, int], None] | None = None,
     admission_ttft_slack_frac: float | None = None,
+    guard: GuardLimits | None = None,
 ) -> Evaluation:
     """Run every policy × scenario × seed (the first seed records timelines and samples for plots).
 
     ``admission_ttft_slack_frac`` runs every policy behind the router's admission stage
-    (:class:`policies.admission.AdmissionConfig`); its rows name the policy ``SPEC+admission``.
+    (:class:`policies.admission.AdmissionConfig`); its rows name the policy ``SPEC+admission``. ``guard`` runs every
+    policy under those safety-guard limits instead of the controller's defaults; its rows name the policy
+    ``SPEC+guard[...]`` with the limits that differ (:func:`agents.harness.run_label`).
+
+    Raises:
+        ValueError: ``guard`` with a ``grid:`` or ``expert:`` policy (their searches rank under the default guard).
     """
+    if guard_changes(guard) and any(p.startswith(("grid:", "expert:")) for p in policies):
+        raise ValueError("grid: and expert: policies search under the default guard; run them without another guard")
     grid_points: dict[str, dict[str, Any]] = {}
     if any(p.startswith("grid:") for p in policies):
         for path in scenarios:
@@ -238,6 +248,7 @@ def evaluate(
             traces_dir=traces_dir,
             candidate_points=candidates.get(str(path), ()) if policy.startswith("expert:") else (),
             admission_ttft_slack_frac=admission_ttft_slack_frac,
+            guard=guard,
         )
         for path in scenarios
         for policy in policies
@@ -351,13 +362,15 @@ def sweep_rate(
     grid_points: Mapping[str, Mapping[str, Any]] | None = None,
     on_done: Callable[[RunResult], None] | None = None,
     admission_ttft_slack_frac: float | None = None,
+    guard: GuardLimits | None = None,
 ) -> list[dict[str, Any]]:
     """Per policy and scenario, the highest rate multiplier at which ≥ ``target_frac`` of requests meet both SLOs.
 
     Doubles (or halves) from ``start`` until the attainment crosses the target, then bisects ``iterations``
     times; every probe runs all ``seeds`` (attainment = mean over seeds of the ``ALL`` row). Probes of all
     policies run in parallel. Returns one record per (policy, scenario) with the probed points and the
-    :func:`simulator_digest` that measured them (``simulator_sha256``).
+    :func:`simulator_digest` that measured them (``simulator_sha256``). ``admission_ttft_slack_frac`` and ``guard``
+    as in :func:`evaluate`.
     """
     states = [(p, str(s)) for s in scenarios for p in policies]
     points: dict[int, list[tuple[float, float]]] = {i: [] for i in range(len(states))}
@@ -382,6 +395,7 @@ def sweep_rate(
                         grid_point=gp,
                         traces_dir=traces_dir,
                         admission_ttft_slack_frac=admission_ttft_slack_frac,
+                        guard=guard,
                     )
                 )
                 owners.append(i)
@@ -425,7 +439,7 @@ def sweep_rate(
         lo, hi = bracket[i]
         out.append(
             {
-                "policy": run_label(policy, admission_ttft_slack_frac),
+                "policy": run_label(policy, admission_ttft_slack_frac, guard),
                 "scenario": Path(path).stem,
                 "max_rate_scale": lo,
                 "first_failing_scale": hi,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from env.gym_env import ControlStep, PDClusterEnv, resolve_scenario
 from env.sim.records import SimRequest
 from env.sim.simulator import ClusterSimulator
 from policies.admission import AdmissionConfig
+from policies.guard import GuardLimits
 from policies.schema import Tenant
 from policies.scoring import quantiles, slo_attainment_frac, slo_met_mask
 from policies.watchdog import SloWatchdog
@@ -38,6 +39,7 @@ __all__ = [
     "METRICS",
     "RunResult",
     "RunSpec",
+    "guard_changes",
     "run_label",
     "run_many",
     "run_one",
@@ -91,20 +93,42 @@ class RunSpec:
     """``expert:H`` only: the static configurations among its candidates."""
     admission_ttft_slack_frac: float | None = None
     """The router's admission stage (:class:`policies.admission.AdmissionConfig`); None: every request admitted."""
+    guard: GuardLimits | None = None
+    """The safety guard's limits; None: the controller's defaults (``GuardLimits()``)."""
 
     @property
     def label(self) -> str:
         """The policy as result rows name it (:func:`run_label`)."""
-        return run_label(self.policy, self.admission_ttft_slack_frac)
+        return run_label(self.policy, self.admission_ttft_slack_frac, self.guard)
 
 
-def run_label(policy: str, admission_ttft_slack_frac: float | None) -> str:
-    """A policy as result rows name it: its spec, with ``+admission`` (and the slack unless 1) behind admission."""
-    if admission_ttft_slack_frac is None:
-        return policy
+def run_label(policy: str, admission_ttft_slack_frac: float | None, guard: GuardLimits | None = None) -> str:
+    """A policy as result rows name it.
+
+    Its spec, with ``+admission`` (and the slack unless 1) behind admission, and ``+guard[FIELD=VALUE,...]`` (the
+    limits that differ from the controller's defaults) under another guard.
+    """
+    label = policy
     if admission_ttft_slack_frac == 1.0:
-        return f"{policy}+admission"
-    return f"{policy}+admission{admission_ttft_slack_frac:g}"
+        label = f"{label}+admission"
+    elif admission_ttft_slack_frac is not None:
+        label = f"{label}+admission{admission_ttft_slack_frac:g}"
+    changed = guard_changes(guard)
+    if changed:
+        label += "+guard[" + ",".join(f"{name}={value:g}" for name, value in changed.items()) + "]"
+    return label
+
+
+def guard_changes(guard: GuardLimits | None) -> dict[str, float]:
+    """The limits of ``guard`` that differ from the controller's defaults (``GuardLimits()``), by field name."""
+    if guard is None:
+        return {}
+    default = GuardLimits()
+    return {
+        f.name: float(getattr(guard, f.name))
+        for f in fields(GuardLimits)
+        if getattr(guard, f.name) != getattr(default, f.name)
+    }
 
 
 @dataclass(slots=True)
@@ -173,7 +197,13 @@ def run_one(spec: RunSpec) -> RunResult:
     scenario = scale_rates(resolve_scenario(Path(spec.scenario_path), spec.traces_dir), spec.rate_scale)
     policy = make_policy(spec.policy, scenario, spec.grid_point, spec.candidate_points)
     try:  # only a learned policy fixes the slot layout; rule policies run scenarios of any size
-        env = episode_env(scenario, policy, spec.traces_dir, admission=AdmissionConfig(spec.admission_ttft_slack_frac))
+        env = episode_env(
+            scenario,
+            policy,
+            spec.traces_dir,
+            admission=AdmissionConfig(spec.admission_ttft_slack_frac),
+            guard_limits=spec.guard,
+        )
     except ValueError as exc:
         raise ValueError(f"policy {spec.policy}: {exc}") from None
     tally = _Tally()

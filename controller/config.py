@@ -34,6 +34,7 @@ __all__ = [
     "WatchdogConfig",
     "config_schema",
     "load_config",
+    "load_guard_limits",
 ]
 
 ENV_PREFIX = "PDCTL_CONTROLLER_"
@@ -337,6 +338,35 @@ def load_config(path: str | Path) -> ControllerConfig:
     except ValidationError as exc:
         lines = [
             f"{p}: {'.'.join(str(x) for x in err['loc']) or '<top>'}: {err['msg']}"
+            for err in exc.errors(include_url=False)
+        ]
+        raise ConfigError("\n".join(lines)) from None
+
+
+def load_guard_limits(path: str | Path) -> GuardLimits:
+    """The safety guard's limits in ``path`` (YAML or JSON).
+
+    A controller configuration's ``guard`` block, or a file holding only that block; unset fields keep the
+    controller's defaults. For ``pdctl evaluate --guard``: the simulator then runs the guard an operator's
+    controller runs.
+
+    Raises:
+        ConfigError: unreadable, not a mapping, or an invalid field (one line per problem, naming ``guard.FIELD``).
+    """
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{p}: cannot read: {exc}".splitlines()[0]) from exc
+    if isinstance(data, dict) and "guard" in data:
+        data = data["guard"]
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping of guard limits (or a controller configuration with a guard block)")
+    try:
+        return GuardConfig(**data).limits()
+    except ValidationError as exc:
+        lines = [
+            f"{p}: guard.{'.'.join(str(x) for x in err['loc']) or '<top>'}: {err['msg']}"
             for err in exc.errors(include_url=False)
         ]
         raise ConfigError("\n".join(lines)) from None

@@ -21,12 +21,15 @@ import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from policies.guard import GuardLimits
 
 __all__ = ["register"]
 
@@ -235,6 +238,7 @@ def _run(
     sweep_target: float,
     sweep_iterations: int,
     admission_slack: float | None = None,
+    guard_file: Path | None = None,
 ) -> None:
     from agents import evaluate as ev
     from env.scenario import ScenarioError
@@ -254,6 +258,7 @@ def _run(
             AdmissionConfig(admission_slack)
         except ValueError as exc:
             raise _fail(f"--admission-slack: {exc}") from None
+    guard = _guard(guard_file, policy_list)
     if sweep and any(p.startswith("expert:") for p in policy_list):
         raise _fail("--sweep-rate does not take expert:H policies (every probe would rerun the lookahead expert)")
     traces_dir = str(traces) if traces is not None else None
@@ -283,6 +288,7 @@ def _run(
             on_done=lambda _: progress.advance(runs_task),
             on_grid_progress=grid_tick,
             admission_ttft_slack_frac=admission_slack,
+            guard=guard,
         )
     ev.write_results(evaluation, out, command)
     ranked = ev.ranked(evaluation.aggregate)
@@ -309,11 +315,26 @@ def _run(
     nothing_ran = len(errors) == len(evaluation.runs)
     if sweep and not nothing_ran:
         _sweep(ev, paths, policy_list, seed_list, n_workers, traces_dir, evaluation.grid_points, out, console, plots,
-               sweep_target, sweep_iterations, admission_slack)  # fmt: skip
+               sweep_target, sweep_iterations, admission_slack, guard)  # fmt: skip
     console.print(f"wrote {out}/results.csv, results.json, ranking.md" + (" and plots" if plots else ""))
     if nothing_ran:
         typer.echo(f"pdctl evaluate: none of the {len(errors)} runs ran (see above)", err=True)
         raise typer.Exit(code=EXIT_NOTHING_RAN)
+
+
+def _guard(guard_file: Path | None, policies: Sequence[str]) -> GuardLimits | None:
+    """The guard limits of ``--guard FILE`` (None without it), or one line naming the file and field."""
+    if guard_file is None:
+        return None
+    from controller.config import ConfigError, load_guard_limits
+
+    try:
+        limits = load_guard_limits(guard_file)
+    except ConfigError as exc:
+        raise _fail(f"--guard {str(exc).splitlines()[0]}") from None
+    if any(p.startswith(("grid:", "expert:")) for p in policies):
+        raise _fail("--guard does not take grid: or expert: policies (their searches rank under the default guard)")
+    return limits
 
 
 def _report_refused(errors: Sequence[Any], total: int) -> None:
@@ -338,6 +359,7 @@ def _sweep(
     target: float,
     iterations: int,
     admission_slack: float | None,
+    guard: GuardLimits | None,
 ) -> None:
     import json
 
@@ -348,7 +370,7 @@ def _sweep(
         records = ev.sweep_rate(
             paths, policies, seeds, target_frac=target, iterations=iterations, workers=workers,
             traces_dir=traces_dir, grid_points=grid_points, on_done=lambda _: progress.advance(task),
-            admission_ttft_slack_frac=admission_slack,
+            admission_ttft_slack_frac=admission_slack, guard=guard,
         )  # fmt: skip
     (out / "sweep.json").write_text(json.dumps(records, indent=1) + "\n")
     table = Table(title=f"highest rate multiplier with ≥ {100 * target:.0f} % of requests meeting both SLOs")
@@ -393,7 +415,13 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
             help="Run every policy behind the router's admission stage: refuse a request whose estimated TTFT "
             "exceeds this multiple of its tenant's TTFT objective (rows name the policy SPEC+admission).",
         ),
+        guard_file: Path | None = typer.Option(  # noqa: B008
+            None,
+            "--guard",
+            help="Run every policy under the safety-guard limits of this file (a controller configuration's guard "
+            "block, or a file with only that block) instead of the defaults (rows name the policy SPEC+guard[...]).",
+        ),
     ) -> None:
         """Evaluate policies over scenarios and seeds; write tables and plots."""
         _run(scenarios, policies, seeds, out, workers, traces, grid_cache, plots, sweep_rate, sweep_target,
-             sweep_iterations, admission_slack)  # fmt: skip
+             sweep_iterations, admission_slack, guard_file)  # fmt: skip

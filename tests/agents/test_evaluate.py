@@ -550,3 +550,62 @@ def test_a_selector_fitted_behind_admission_is_flagged_when_run_without_it(tiny_
     assert "fitted behind the admission stage" not in behind.output
     default = runner.invoke(app, [*args, "learned:default", "--out", str(tmp_path / "c")])
     assert "fitted behind the admission stage" not in default.output
+
+
+def test_another_guard_runs_in_the_simulator_and_names_its_rows(tiny_path: Path, tmp_path: Path) -> None:
+    """``--guard FILE`` runs every policy under the limits of an operator's controller configuration."""
+    from pdctl.cli import app
+    from policies.guard import GuardLimits
+
+    frozen = GuardLimits(cooldown_s=1e6)  # one pool change, then none
+    default = next(
+        r for r in ev.run_one(ev.RunSpec("baseline:aggregated", str(tiny_path), 0)).rows if r["tenant"] == "ALL"
+    )
+    held = next(
+        r
+        for r in ev.run_one(ev.RunSpec("baseline:aggregated", str(tiny_path), 0, guard=frozen)).rows
+        if r["tenant"] == "ALL"
+    )
+    assert default["policy"] == "baseline:aggregated"
+    assert held["policy"] == "baseline:aggregated+guard[cooldown_s=1e+06]"
+    assert (default["churn_changes"], held["churn_changes"]) == (4, 2)  # two paced moves toward aggregated, then one
+    swept = ev.sweep_rate(
+        [tiny_path], ["baseline:aggregated"], [0], iterations=0, max_scale=2.0, workers=1, guard=frozen
+    )
+    assert [r["policy"] for r in swept] == ["baseline:aggregated+guard[cooldown_s=1e+06]"]
+    assert ev.RunSpec("x:y", "s", 0, guard=GuardLimits()).label == "x:y"  # the defaults are not another guard
+    both = ev.RunSpec("x:y", "s", 0, admission_ttft_slack_frac=1.0, guard=GuardLimits(pool_reversal_hold_s=0.0))
+    assert both.label == "x:y+admission+guard[pool_reversal_hold_s=0]"
+
+    runner = CliRunner()
+    args = ["evaluate", "--scenarios", str(tiny_path), "--seeds", "0", "--no-plots", "--workers", "1"]
+    controller_config = tmp_path / "controller.yaml"  # a controller configuration: its guard block is read
+    controller_config.write_text(yaml.safe_dump({"mode": "active", "guard": {"cooldown_s": 1e6}}))
+    out = tmp_path / "o"
+    result = runner.invoke(
+        app, [*args, "--policies", "baseline:aggregated", "--guard", str(controller_config), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    rows = [r for r in csv.DictReader((out / "results.csv").read_text().splitlines()) if r["tenant"] == "ALL"]
+    assert [(r["policy"], float(r["churn_changes_mean"])) for r in rows] == [
+        ("baseline:aggregated+guard[cooldown_s=1e+06]", 2.0)
+    ]
+    block = tmp_path / "guard.yaml"  # a file with only the block
+    for text, message in (
+        ("pool_reversal_hold_s: -1\n", "guard.pool_reversal_hold_s: Input should be greater than or equal to 0"),
+        ("cooldown: 5\n", "guard.cooldown: Extra inputs are not permitted"),
+        ("- 1\n", "expected a mapping of guard limits"),
+    ):
+        block.write_text(text)
+        bad = runner.invoke(app, [*args, "--policies", "baseline:aggregated", "--guard", str(block), "--out", str(out)])
+        assert bad.exit_code == 2, bad.output
+        assert f"--guard {block}: {message}" in bad.output.replace("\n", " ")
+    missing = runner.invoke(
+        app, [*args, "--policies", "baseline:aggregated", "--guard", str(tmp_path / "no.yaml"), "--out", str(out)]
+    )
+    assert missing.exit_code == 2
+    assert "cannot read" in missing.output
+    block.write_text("hysteresis_ticks: 1\n")
+    grid = runner.invoke(app, [*args, "--policies", "grid:", "--guard", str(block), "--out", str(out)])
+    assert grid.exit_code == 2
+    assert "--guard does not take grid: or expert: policies" in grid.output
