@@ -516,6 +516,21 @@ def test_a_pool_move_reversed_within_the_hold_is_held_then_allowed() -> None:
     assert _pool_step(PoolTargets(3, 3), PoolTargets(2, 4), 1180.0, state, limits=off)[0] == PoolTargets(2, 4)
 
 
+def test_a_pool_that_grows_is_never_held() -> None:
+    """Only giving back an instance is held: a sizer that shrank both pools in a quiet start and grows them again
+    when a flood arrives gets its capacity at once (holding that halved the reactive sizers' goodput)."""
+    _, _, state = _pool_step(PoolTargets(3, 3), PoolTargets(2, 2), 1000.0, GuardState())
+    assert state.groups["g"].last_move == (-1, -1)
+    target, reasons, _ = _pool_step(PoolTargets(2, 2), PoolTargets(3, 3), 1120.0, state)
+    assert (target, reasons) == (PoolTargets(3, 3), set())
+    # A rebalance back is held for the pool it shrinks: decode grew, so giving it back to prefill waits.
+    _, _, toward_decode = _pool_step(PoolTargets(3, 3), PoolTargets(2, 4), 1000.0, GuardState())
+    target, reasons, _ = _pool_step(PoolTargets(2, 4), PoolTargets(3, 3), 1120.0, toward_decode)
+    assert (target, reasons) == (PoolTargets(2, 4), {ClampReason.POOL_REVERSAL})
+    # Growing the pool that shrank, with the other unchanged, passes.
+    assert _pool_step(PoolTargets(2, 4), PoolTargets(3, 4), 1120.0, toward_decode)[0] == PoolTargets(3, 4)
+
+
 def test_a_pool_reversal_is_held_by_the_hold_not_only_by_the_cooldown() -> None:
     """The hold outlasts the cooldown: 61 s after a move, its reversal is held as a reversal."""
     _, _, state = _pool_step(PoolTargets(2, 4), PoolTargets(3, 4), 1000.0, GuardState())
