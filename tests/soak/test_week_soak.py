@@ -16,8 +16,8 @@ Checked, with the figures written to ``benchmarks/results/soak.md`` (and a fragm
   tenant, whatever the day;
 * **stable decisions**: instance changes per hour stay within what the guard allows, and no flapping (a pool
   change reversed within ``FLAP_WINDOW_S``, or a tenant's remote-prefill threshold moved back within it: the
-  guard's threshold hysteresis holds the reversal for ``threshold_reversal_hold_s``, its pool reversal hold a
-  pool's move back for ``pool_reversal_hold_s``).
+  guard's threshold hysteresis holds the reversal for ``threshold_reversal_hold_s``, its pool reversal hold the
+  give-back of an instance a pool was just given for ``pool_reversal_hold_s``).
   ``tests/soak/test_policy_soak.py`` runs every other shipped rule policy through the same week.
 
 Run: ``PYTHONHASHSEED=0 python -m pytest tests/soak -m slow -q -s`` (also part of ``make bench``; ≈ 5 min with
@@ -260,8 +260,8 @@ def _write(summary: dict[str, Any], per_hour: list[int], thr_per_hour: list[int]
         "request (kept for scoring; not control-plane state) |",
         f"| guard state / threshold map sizes seen (groups, tenants ok, thresholds) | {summary['structure_sizes']} |",
         "",
-        "The guard bounds pool changes (one instance per pool per tick, cooldown, hysteresis, and a pool's move back "
-        "within `pool_reversal_hold_s` 600 of the group's last change held; the run before that hold existed, on "
+        "The guard bounds pool changes (one instance per pool per tick, cooldown, hysteresis, and a pool the group's "
+        "last change grew may not shrink within `pool_reversal_hold_s` 600; the run before that hold existed, on "
         "the same simulator, had 1 flap); "
         + (
             "no pool change was reversed."
