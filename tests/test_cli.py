@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -88,3 +89,29 @@ def test_sim_runs_deciding_policies() -> None:
     bad = runner.invoke(app, ["sim", "--scenario", scenario, "--policy", "baseline:nope"])
     assert bad.exit_code == 2
     assert "unknown baseline 'nope'" in bad.output
+
+
+def test_sim_runs_the_guard_of_a_controller_configuration(tmp_path: Path) -> None:
+    """``--guard FILE``: the keda sizer's flood response is held when the hold covers a growing pool too (a cooldown
+    of a day: one pool change, then none), and the run is named after the guard it ran."""
+    scenario = str(Path(__file__).resolve().parents[1] / "experiments" / "scenarios" / "short-flood-8.yaml")
+    args = ["sim", "--scenario", scenario, "--policy", "baseline:keda-queue", "--seed", "1000"]
+    frozen = tmp_path / "controller.yaml"
+    frozen.write_text("mode: active\nguard:\n  cooldown_s: 86400\n")
+    default = runner.invoke(app, [*args, "--json", str(tmp_path / "default.json")])
+    held = runner.invoke(app, [*args, "--guard", str(frozen), "--json", str(tmp_path / "held.json")])
+    assert default.exit_code == 0, default.output
+    assert held.exit_code == 0, held.output
+    assert "baseline:keda-queue+guard[cooldown_s=86400]" in held.output
+    goodput = {
+        name: sum(t["goodput_rps"] or 0.0 for t in json.loads((tmp_path / f"{name}.json").read_text())["tenants"])
+        for name in ("default", "held")
+    }
+    assert goodput["held"] < goodput["default"]
+    bad = tmp_path / "guard.yaml"
+    bad.write_text("max_step_per_tick: 0\n")
+    refused = runner.invoke(app, [*args, "--guard", str(bad)])
+    assert refused.exit_code == 2
+    assert f"pdctl sim: --guard {bad}: guard.max_step_per_tick: Input should be greater than or equal to 1" in (
+        refused.output.replace("\n", " ")
+    )

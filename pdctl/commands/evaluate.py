@@ -25,8 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from pdctl.commands.guard_option import GUARD_HELP, read_guard_option
 
 if TYPE_CHECKING:
     from policies.guard import GuardLimits
@@ -134,7 +137,7 @@ def _ranking(ranked: Mapping[str, Sequence[Mapping[str, Any]]], console: Console
         lines.append("|---|---|" + "---:|" * len(_COLUMNS))
         for rank, row in enumerate(rows, 1):
             cells = [_cell(row, metric, kind, digits) for _, metric, kind, digits in _COLUMNS]
-            table.add_row(str(rank), label(row["policy"]), *cells)
+            table.add_row(str(rank), escape(label(row["policy"])), *cells)
             lines.append(f"| {rank} | {label(row['policy'])} | " + " | ".join(cells) + " |")
         lines.append("")
         console.print(table)
@@ -294,7 +297,7 @@ def _run(
     ranked = ev.ranked(evaluation.aggregate)
     ranking = _ranking(ranked, console)
     summary = _summary(ranked)
-    console.print(summary)
+    console.print(summary, markup=False)  # policy names may hold brackets (SPEC+guard[...])
     errors = [r for r in evaluation.runs if r.error is not None]
     notes = ""
     if errors:
@@ -302,7 +305,7 @@ def _run(
         _report_refused(errors, len(evaluation.runs))
     learned = _learned_summary(ranked)
     if learned:
-        console.print(learned)
+        console.print(learned, markup=False)
         learned = f"## Learned policies\n\n{learned}\n\n"
     (out / "ranking.md").write_text(
         f"# Evaluation\n\nCommand: `{command}`{notes}\n\n## Best baseline and headroom\n\n{summary}\n\n"
@@ -324,14 +327,12 @@ def _run(
 
 def _guard(guard_file: Path | None, policies: Sequence[str]) -> GuardLimits | None:
     """The guard limits of ``--guard FILE`` (None without it), or one line naming the file and field."""
-    if guard_file is None:
-        return None
-    from controller.config import ConfigError, load_guard_limits
-
     try:
-        limits = load_guard_limits(guard_file)
-    except ConfigError as exc:
-        raise _fail(f"--guard {str(exc).splitlines()[0]}") from None
+        limits = read_guard_option(guard_file)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    if limits is None:
+        return None
     if any(p.startswith(("grid:", "expert:")) for p in policies):
         raise _fail("--guard does not take grid: or expert: policies (their searches rank under the default guard)")
     return limits
@@ -379,7 +380,7 @@ def _sweep(
     lines = ["| scenario | policy | max rate × | first failing × |", "|---|---|---:|---:|"]
     for rec in sorted(records, key=lambda r: (r["scenario"], -r["max_rate_scale"])):
         hi = "-" if rec["first_failing_scale"] is None else f"{rec['first_failing_scale']:.3f}"
-        table.add_row(rec["scenario"], label(rec["policy"]), f"{rec['max_rate_scale']:.3f}", hi)
+        table.add_row(rec["scenario"], escape(label(rec["policy"])), f"{rec['max_rate_scale']:.3f}", hi)
         lines.append(f"| {rec['scenario']} | {label(rec['policy'])} | {rec['max_rate_scale']:.3f} | {hi} |")
     console.print(table)
     (out / "sweep.md").write_text("\n".join(lines) + "\n")
@@ -415,12 +416,7 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
             help="Run every policy behind the router's admission stage: refuse a request whose estimated TTFT "
             "exceeds this multiple of its tenant's TTFT objective (rows name the policy SPEC+admission).",
         ),
-        guard_file: Path | None = typer.Option(  # noqa: B008
-            None,
-            "--guard",
-            help="Run every policy under the safety-guard limits of this file (a controller configuration's guard "
-            "block, or a file with only that block) instead of the defaults (rows name the policy SPEC+guard[...]).",
-        ),
+        guard_file: Path | None = typer.Option(None, "--guard", help=GUARD_HELP),  # noqa: B008
     ) -> None:
         """Evaluate policies over scenarios and seeds; write tables and plots."""
         _run(scenarios, policies, seeds, out, workers, traces, grid_cache, plots, sweep_rate, sweep_target,

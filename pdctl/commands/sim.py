@@ -5,7 +5,8 @@ The policy is given by name, in the grammar of every command (:mod:`policies.reg
 starts them), ``baseline:NAME``, ``learned:PATH``, ``registry:models:/NAME@ALIAS`` or
 ``watchdog[FALLBACK]:PRIMARY``. Every policy runs through the one episode loop the evaluation harness uses
 (:func:`agents.runs.run_episode`: observation → policy → safety guard → simulator, then the drain); ``--seed``
-seeds the episode as ``pdctl evaluate`` does.
+seeds the episode as ``pdctl evaluate`` does; ``--guard FILE`` runs the safety guard of a controller configuration
+instead of the defaults (:mod:`pdctl.commands.guard_option`).
 Bad input (missing file, bad YAML, unknown field) prints one line naming the file and field and exits 2.
 """
 
@@ -19,7 +20,10 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+from pdctl.commands.guard_option import GUARD_HELP, read_guard_option
 
 __all__ = ["register"]
 
@@ -53,8 +57,16 @@ def _policy(spec: str, scenario: Any) -> Any:
         raise _fail(str(exc).splitlines()[0]) from None
 
 
-def _run(scenario_path: Path, policy_spec: str, seed: int | None, json_out: Path | None, traces: Path | None) -> None:
+def _run(
+    scenario_path: Path,
+    policy_spec: str,
+    seed: int | None,
+    json_out: Path | None,
+    traces: Path | None,
+    guard_file: Path | None = None,
+) -> None:
     """Run the scenario under the policy through the one episode loop (:func:`agents.runs.run_episode`)."""
+    from agents.harness import run_label
     from agents.runs import episode_env, run_episode
     from env.perf.profile import ProfileError
     from env.scenario import ScenarioError, load_scenario
@@ -64,10 +76,14 @@ def _run(scenario_path: Path, policy_spec: str, seed: int | None, json_out: Path
         scenario = load_scenario(scenario_path, traces_dir=traces)
     except ScenarioError as exc:
         raise _fail(exc.problems[0]) from None
+    try:
+        guard = read_guard_option(guard_file)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
     run_seed = scenario.seed if seed is None else seed
     policy = _policy(policy_spec, scenario)
     try:
-        env = episode_env(scenario, policy, traces)
+        env = episode_env(scenario, policy, traces, guard_limits=guard)
     except ValueError as exc:
         raise _fail(f"policy {policy_spec}: {str(exc).splitlines()[0]}") from None
     start = time.perf_counter()
@@ -75,7 +91,7 @@ def _run(scenario_path: Path, policy_spec: str, seed: int | None, json_out: Path
         sim = run_episode(env, policy, run_seed).sim
     except (ProfileError, WorkloadError) as exc:
         raise _fail(f"{scenario_path}: {exc}") from None
-    _report(sim, time.perf_counter() - start, scenario, policy_spec, run_seed, json_out)
+    _report(sim, time.perf_counter() - start, scenario, run_label(policy_spec, None, guard), run_seed, json_out)
 
 
 def _report(sim: Any, wall: float, scenario: Any, policy: str, run_seed: int, json_out: Path | None) -> None:
@@ -83,7 +99,7 @@ def _report(sim: Any, wall: float, scenario: Any, policy: str, run_seed: int, js
 
     summary = summarize(sim, wall, scenario.name, policy, run_seed, horizon_s=scenario.duration_s)
 
-    table = Table(title=f"{scenario.name} — {policy} (seed {run_seed})")
+    table = Table(title=escape(f"{scenario.name} — {policy} (seed {run_seed})"))  # SPEC+guard[...] is not markup
     for column in (
         "tenant", "arrived", "finished", "failed", "remote %",
         "TTFT p50/p95/p99 ms", "TPOT p50/p95/p99 ms", "SLO %", "goodput rps",
@@ -137,6 +153,7 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         traces: Path | None = typer.Option(  # noqa: B008
             None, "--traces", help="Trace folder for ${PDCTL_TRACES} (default: env PDCTL_TRACES or ../shared/traces)."
         ),
+        guard_file: Path | None = typer.Option(None, "--guard", help=GUARD_HELP),  # noqa: B008
     ) -> None:
         """Run a scenario under a policy and print per-tenant TTFT/TPOT, SLO attainment, goodput and cost."""
-        _run(scenario, policy, seed, json_out, traces)
+        _run(scenario, policy, seed, json_out, traces, guard_file)

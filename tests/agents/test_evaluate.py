@@ -586,6 +586,7 @@ def test_another_guard_runs_in_the_simulator_and_names_its_rows(tiny_path: Path,
         app, [*args, "--policies", "baseline:aggregated", "--guard", str(controller_config), "--out", str(out)]
     )
     assert result.exit_code == 0, result.output
+    assert "aggregated+guard[cooldown_s=1e+06]" in result.output  # printed as text, not read as console markup
     rows = [r for r in csv.DictReader((out / "results.csv").read_text().splitlines()) if r["tenant"] == "ALL"]
     assert [(r["policy"], float(r["churn_changes_mean"])) for r in rows] == [
         ("baseline:aggregated+guard[cooldown_s=1e+06]", 2.0)
