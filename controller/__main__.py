@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from controller.config import ConfigError, config_schema
+from controller.control_memory import ControlMemoryError
 from controller.daemon import run
 from controller.lease import LeaseHeldError
 from controller.logs import configure_logging
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level)
     try:
         run(args.config)
-    except (ConfigError, RuntimeConfigError) as exc:
+    except (ConfigError, RuntimeConfigError, ControlMemoryError) as exc:
         sys.stderr.write(f"{exc}\n")
         return EXIT_CONFIG
     except LeaseHeldError as exc:

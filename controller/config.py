@@ -255,6 +255,12 @@ class ControllerConfig(BaseSettings):
         description="lease file an active controller holds (flock) so that a second one for the same targets is "
         "refused; default $PDCTL_DATA_DIR (or ./data)/controller-<hash of the actuated targets>.lease",
     )
+    control_memory_file: Path | None = Field(
+        None,
+        description="file an active controller keeps its control state in (thresholds in force, the guard's cooldown "
+        "clocks and reversal holds) so that a restart carries on from it; default: the lease file's path with "
+        ".memory.json for .lease (none for advisory mode or the dry-run actuator alone; controller.control_memory)",
+    )
     listen: ListenConfig = ListenConfig()
     source: SourceConfig = Field(default_factory=ScrapeSourceConfig, description="metric source")
     instances: list[InstanceConfig] = Field(default_factory=list, description="serving instances (topology)")
@@ -314,7 +320,7 @@ class ConfigError(ValueError):
 
 def _resolve_paths(data: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     out = dict(data)
-    for key in ("policy_file", "override_dir", "audit_log", "lease_file"):
+    for key in ("policy_file", "override_dir", "audit_log", "lease_file", "control_memory_file"):
         value = out.get(key)
         if isinstance(value, str) and not Path(value).is_absolute():
             out[key] = str(base_dir / value)

@@ -6,7 +6,9 @@ is read and the whole new runtime is built and validated first; only then is it 
 keeps the old one, counted in ``pdctl_controller_config_reloads_total{result="error"}``). If a root task
 ends unexpectedly, the daemon stops rather than limping on. An active controller that actuates holds its lease
 file (:mod:`controller.lease`) from start to stop; a second one is refused at start (a reload that would need a
-lease another process holds is refused too).
+lease another process holds is refused too). Such a controller also keeps its control state in a file
+(:mod:`controller.control_memory`), read back at start once the lease is held, so a restart carries on with the
+thresholds in force and the guard's cooldowns and reversal holds.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from prometheus_client import CollectorRegistry
 from controller.audit import AuditLog
 from controller.clock import Clock, WallClock
 from controller.config import ConfigError, ControllerConfig, load_config
+from controller.control_memory import ControlMemoryFile, control_memory_path
 from controller.health import HealthServer
 from controller.lease import Lease, LeaseHeldError, lease_path
 from controller.loop import ControlLoop
@@ -68,6 +71,8 @@ class Daemon:
         )
         path = lease_path(config)
         self.lease: Lease | None = None if path is None else Lease(path)
+        memory = control_memory_path(config)
+        self.loop.memory = None if memory is None else ControlMemoryFile(memory)
         self.health = HealthServer(
             self.registry,
             lambda: self.loop.healthy_age_s,
@@ -99,6 +104,11 @@ class Daemon:
         if config.override_dir != old.config.override_dir:
             self.loop.watcher = OverrideWatcher(config.override_dir)
         await self.loop.swap(runtime)
+        memory = control_memory_path(config)
+        if memory is None:
+            self.loop.memory = None
+        elif self.loop.memory is None or self.loop.memory.path != memory:
+            self.loop.memory = ControlMemoryFile(memory)  # written at the next tick from the state in the process
         if lease is not self.lease and self.lease is not None:
             self.lease.release()
         self.lease = lease
@@ -122,6 +132,29 @@ class Daemon:
         lease = Lease(path)
         lease.acquire()
         return lease
+
+    def _restore_memory(self) -> None:
+        """Read the control state back (after the lease is taken: one writer per memory file).
+
+        Raises:
+            ControlMemoryError: the file is malformed (one line naming it and the field).
+        """
+        memory = self.loop.memory
+        if memory is None:
+            return
+        base = {name: tp.thresholds for name, tp in self.loop.runtime.base.tenants.items()}
+        read = memory.load(base, self.clock.monotonic(), self.clock.now().timestamp())
+        if read is None:
+            return
+        state, kept = read
+        self.loop.restore(state)
+        _log.info(
+            "control memory restored from %s: %s; the guard's memory of %d group(s) and %d tenant(s)",
+            memory.path,
+            "the thresholds in force" if kept else "the base policy changed since, so the thresholds restart from it",
+            len(state.guard.groups),
+            len(state.guard.tenants),
+        )
 
     async def _ticks(self) -> None:
         while not self.signals.stop.is_set():
@@ -154,6 +187,12 @@ class Daemon:
         config = self.loop.runtime.config
         if self.lease is not None:
             self.lease.acquire()  # LeaseHeldError: another controller writes to these targets
+        try:
+            self._restore_memory()
+        except BaseException:
+            if self.lease is not None:
+                self.lease.release()
+            raise
         if install_signals:
             self.install_signal_handlers()
         port = await self.health.start(config.listen.host, config.listen.port)

@@ -26,6 +26,7 @@ from controller.actuators.base import ActuationResult, Outcome, Plan
 from controller.actuators.router import RouterActuator, admission_mismatch
 from controller.audit import AuditLog
 from controller.clock import Clock
+from controller.control_memory import ControlMemoryFile, base_digest
 from controller.logs import TICK_LOGGER
 from controller.overrides import OverridePoll, OverrideWatcher
 from controller.policy_registry import RegistryPolicy
@@ -113,6 +114,10 @@ class ControlLoop:
             control=ControlState.start({n: tp.thresholds for n, tp in runtime.base.tenants.items()}),
             topology=runtime.topology,
         )
+        self.memory: ControlMemoryFile | None = None
+        """Where the control state is kept across restarts (``None``: in the process only; the daemon sets it)."""
+        self._memory_error: str | None = None
+        self._base_digest: tuple[int, str] | None = None
         self._lock = asyncio.Lock()
         telemetry.set_policy(runtime.policy.policy_id, runtime.generation, runtime.config.mode)
 
@@ -136,6 +141,30 @@ class ControlLoop:
         self.telemetry.set_policy(runtime.policy.policy_id, runtime.generation, runtime.config.mode)
         async with self._lock:
             await old.close()
+
+    def restore(self, state: ControlState) -> None:
+        """Start from ``state`` (read back from :attr:`memory` at the daemon's start)."""
+        self.state.control = state
+
+    def _remember(self, rt: Runtime) -> None:
+        """Write the control state when this tick changed it; a failed write is logged once and retried next tick."""
+        if self.memory is None:
+            return
+        if self._base_digest is None or self._base_digest[0] != rt.generation:
+            self._base_digest = (rt.generation, base_digest({n: tp.thresholds for n, tp in rt.base.tenants.items()}))
+        try:
+            self.memory.save(
+                self.state.control, self._base_digest[1], self.clock.monotonic(), self.clock.now().timestamp()
+            )
+        except OSError as exc:
+            problem = f"cannot write the control memory {self.memory.path}: {exc}".splitlines()[0]
+            if problem != self._memory_error:
+                _log.error("%s (kept in the process; a restart would forget it)", problem)
+            self._memory_error = problem
+            return
+        if self._memory_error is not None:
+            _log.info("control memory %s written again", self.memory.path)
+        self._memory_error = None
 
     @property
     def healthy_age_s(self) -> float | None:
@@ -280,6 +309,7 @@ class ControlLoop:
                 results = tuple([await a.apply(plan, topology) for a in rt.actuators])
             applied = all(r.outcome in (Outcome.APPLIED, Outcome.UNCHANGED) for r in results)
         self.state.control = effects.next_state(applied=applied)
+        self._remember(rt)
         self._metrics(rt, window, observed.error, effects, polled, plan, topology, results)
         record = self._record(rt, window, observed.error, effects, polled, plan, results, False)
         if policy_error is not None:

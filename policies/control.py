@@ -30,7 +30,7 @@ is the policy's own (a stateful policy such as :class:`~policies.watchdog.SloWat
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -69,6 +69,16 @@ class ControlState:
     def start(cls, base_thresholds: Mapping[str, RoutingThresholds]) -> ControlState:
         """The state before the first step: the base thresholds, nothing published, a fresh guard."""
         return cls(policy_thresholds=dict(base_thresholds))
+
+    def after_restart(self) -> ControlState:
+        """What a restarted controller reads back of this state: all of it but the guard's hysteresis streaks.
+
+        A controller that keeps its memory file (``controller.control_memory``) starts from this, not from
+        :meth:`start`: the thresholds in force and the guard's clocks carry on, and only the streaks, which count
+        consecutive ticks, begin again. The gym env restarts the same way
+        (:meth:`~env.gym_env.PDClusterEnv.restart_control`).
+        """
+        return replace(self, guard=self.guard.after_restart())
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         log_level: str = typer.Option("INFO", "--log-level", help="Logging level."),
     ) -> None:
         from controller.config import ConfigError, config_schema
+        from controller.control_memory import ControlMemoryError
         from controller.daemon import run
         from controller.lease import LeaseHeldError
         from controller.logs import configure_logging
@@ -36,7 +37,7 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         configure_logging(log_level)
         try:
             run(config)
-        except (ConfigError, RuntimeConfigError) as exc:
+        except (ConfigError, RuntimeConfigError, ControlMemoryError) as exc:
             typer.echo(str(exc), err=True)
             raise typer.Exit(code=EXIT_CONFIG) from None
         except LeaseHeldError as exc:

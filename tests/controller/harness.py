@@ -218,6 +218,17 @@ def controller(config: Mapping[str, Any], tmp_path: Path, name: str = "controlle
         process.stop()
 
 
+def controller_once(config_path: Path, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m controller --config config_path`` to its end (a start that is refused), output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "controller", "--config", str(config_path)],
+        cwd=str(REPO_ROOT),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
 def audit_records(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []

@@ -3,8 +3,6 @@ same targets is refused by the lease file (real router on loopback, real control
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ from controller.config import ControllerConfig
 from controller.lease import Lease, LeaseHeldError, lease_path
 from controller.sources.base import InstanceInfo, Topology
 from policies.schema import PoolTargets
-from tests.controller.harness import REPO_ROOT, controller
+from tests.controller.harness import controller, controller_once
 from tests.controller.test_loop import POLICY
 from tests.router.cluster import ADMIN_TOKEN, live_cluster
 
@@ -37,7 +35,8 @@ def test_a_second_lease_holder_is_refused_with_one_line(tmp_path: Path) -> None:
     second.release()
 
 
-def _config(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
+def writer_config(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
+    """An active controller that actuates a router (none listens unless the test starts one)."""
     (tmp_path / "policy.yaml").write_text(POLICY)
     return {
         "mode": "active",
@@ -52,31 +51,26 @@ def _config(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
 
 def test_lease_path_is_per_target_and_only_for_writers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PDCTL_DATA_DIR", str(tmp_path))
-    one = lease_path(ControllerConfig(**_config(tmp_path)))
+    one = lease_path(ControllerConfig(**writer_config(tmp_path)))
     assert one is not None
     assert one.parent == tmp_path
-    other = _config(tmp_path, actuators=[{"kind": "router", "url": "http://127.0.0.1:10", "token": "t"}])
+    other = writer_config(tmp_path, actuators=[{"kind": "router", "url": "http://127.0.0.1:10", "token": "t"}])
     assert lease_path(ControllerConfig(**other)) not in (None, one)
-    assert lease_path(ControllerConfig(**_config(tmp_path, mode="advisory"))) is None
-    assert lease_path(ControllerConfig(**_config(tmp_path, actuators=[{"kind": "dry_run"}]))) is None
+    assert lease_path(ControllerConfig(**writer_config(tmp_path, mode="advisory"))) is None
+    assert lease_path(ControllerConfig(**writer_config(tmp_path, actuators=[{"kind": "dry_run"}]))) is None
     assert (
-        lease_path(ControllerConfig(**_config(tmp_path, lease_file=str(tmp_path / "x.lease")))) == tmp_path / "x.lease"
+        lease_path(ControllerConfig(**writer_config(tmp_path, lease_file=str(tmp_path / "x.lease"))))
+        == tmp_path / "x.lease"
     )
 
 
 @pytest.mark.integration
 def test_a_second_controller_process_is_refused(tmp_path: Path) -> None:
-    config = _config(tmp_path, lease_file=str(tmp_path / "controller.lease"))
+    config = writer_config(tmp_path, lease_file=str(tmp_path / "controller.lease"))
     with controller(config, tmp_path, name="first") as first:
         second_path = tmp_path / "second.yaml"
         second_path.write_text(yaml.safe_dump(config))
-        second = subprocess.run(
-            [sys.executable, "-m", "controller", "--config", str(second_path)],
-            cwd=str(REPO_ROOT),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        second = controller_once(second_path)
         assert second.returncode == 3
         lines = second.stderr.strip().splitlines()
         assert len(lines) == 1, second.stderr

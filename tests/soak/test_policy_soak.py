@@ -74,18 +74,31 @@ def _moves(old: RoutingThresholds, new: RoutingThresholds) -> dict[str, int]:
     return out
 
 
-def soak(spec: str, limits: GuardLimits, scenario_path: Path) -> dict[str, Any]:
-    """Run ``spec`` through the week under ``limits``; the flapping figures and the weighted goodput."""
+def soak(
+    spec: str, limits: GuardLimits, scenario_path: Path, restart_every_s: float = 0.0, keep_memory: bool = True
+) -> dict[str, Any]:
+    """Run ``spec`` through the week under ``limits``; the flapping figures and the weighted goodput.
+
+    ``restart_every_s`` > 0 restarts the controller that often (a fresh policy, and the control state kept as the
+    controller's memory file keeps it, or forgotten: :meth:`env.gym_env.PDClusterEnv.restart_control`).
+    """
     scenario = load_scenario(scenario_path)
     env = PDClusterEnv(scenario, guard_limits=limits)
     policy = make_policy(spec, env.scenario)
     env.reset(seed=0)
+    next_restart_s = restart_every_s
+    restarts = 0
     flaps = _Flaps([])
     last_threshold_move: dict[tuple[str, str], tuple[float, int]] = {}
     last_pool_move: dict[str, tuple[float, tuple[int, int]]] = {}
     previous = dict(env.thresholds)
     while env.sim.now_s < scenario.duration_s - 1e-9:
         now_s = env.sim.now_s
+        if restart_every_s > 0 and now_s >= next_restart_s:
+            env.restart_control(keep_memory=keep_memory)
+            policy = make_policy(spec, env.scenario)
+            next_restart_s += restart_every_s
+            restarts += 1
         before = env.current_pools()
         env.control(policy.decide(env.observation(), env.policy_context()))
         for group, target in env.current_pools().items():
@@ -121,6 +134,7 @@ def soak(spec: str, limits: GuardLimits, scenario_path: Path) -> dict[str, Any]:
         "pool_changes": flaps.pool_changes,
         "pool_flaps": flaps.pool_flaps,
         "weighted_goodput_rps": round(weighted_goodput_rps(sim, env.tenants, scenario.duration_s), 4),
+        **({"restarts": restarts} if restart_every_s > 0 else {}),
     }
 
 
