@@ -250,6 +250,12 @@ class BaselinePolicy:
         """``baseline:NAME``."""
         return self._policy_id
 
+    @property
+    def route_rule(self) -> RouteRule | None:
+        """The per-request route rule this baseline sets for every tenant (``None``: it keeps the tenant's own)."""
+        rule = self._route.get("rule")
+        return rule if isinstance(rule, RouteRule) else None
+
     def decide(self, observation: Observation, context: PolicyContext) -> ControlAction:
         """The baseline's thresholds for every tenant and its pool targets for every group."""
         thresholds: dict[str, RoutingThresholds] = {}

@@ -53,7 +53,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from policies.base import Policy, PolicyContext
-from policies.baselines import BASELINES, make_baseline
+from policies.baselines import BASELINES, BaselinePolicy, make_baseline
 from policies.features import Observation
 from policies.learned import (
     MANIFEST_NAME,
@@ -232,7 +232,9 @@ class SelectorBehaviour(BaseModel):
     (``experiments/results/families/start-dwell/``)."""
     first_decision: Literal["first_rule", "scored"] = "first_rule"
     """At a group's first decision: start under the first rule and let the patience run (``first_rule``), or act
-    at once as the best-scored rule (``scored``: nothing was chosen before, so there is nothing to flap from)."""
+    at once as the best-scored rule (``scored``: nothing was chosen before, so there is nothing to flap from).
+    Either way, a group whose tenants all run the route rule of one of the rules already (a restarted controller
+    keeps the thresholds in force) resumes that rule (:meth:`RuleSelector._rule_in_force`)."""
     failed_rule_bar_s: float = Field(default=0.0, ge=0.0, le=86_400)
     """Flap damping (0 = off). When the selector switches a group back to the rule it held just before the acting
     one, within this long of switching to the acting one, that rule's trial failed: it is barred from the group's
@@ -602,7 +604,8 @@ class RuleSelector:
             state = self._groups.get(group.name)
             if state is None:
                 scored = self.manifest.first_decision == "scored" and rows.group_rows[gi][_GROUP_RATE] is not None
-                first = int(np.argmax(scores[gi])) if scored else 0
+                in_force = self._rule_in_force(group.name, context)
+                first = in_force if in_force is not None else int(np.argmax(scores[gi])) if scored else 0
                 state = self._groups[group.name] = _GroupState(
                     rule=first,
                     routing=first,
@@ -653,6 +656,23 @@ class RuleSelector:
             for i, g in enumerate(context.groups)
         )
         return ControlAction(thresholds, pools, reason=f"selector: {reason}", policy_id=self.policy_id)
+
+    def _rule_in_force(self, group: str, context: PolicyContext) -> int | None:
+        """The rule whose route rule every tenant of ``group`` runs now, when exactly one of the rules sets it.
+
+        A selector's first decision for a group resumes that rule instead of starting under the first one: a
+        restarted controller keeps the thresholds in force (``controller.control_memory``), and without this a
+        restart handed every group to the first rule and back again after the patience (in the gym env, a restart
+        every 10 minutes of a simulated day made 384 threshold reversals where none ran without restarts:
+        ``tests/env/test_restart.py``). A deployment that starts from its base policy file runs none of the rules'
+        route rules (the file's rule is ``pdctl`` unless it names another), so a fresh start is unchanged.
+        """
+        rules = {t.rule for t in (context.current_thresholds.get(x.name) for x in context.tenants_of(group)) if t}
+        if len(rules) != 1:
+            return None
+        (rule,) = rules
+        matches = [i for i, r in enumerate(self.rules) if isinstance(r, BaselinePolicy) and r.route_rule == rule]
+        return matches[0] if len(matches) == 1 else None
 
     def _routing(
         self,

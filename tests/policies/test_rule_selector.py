@@ -499,6 +499,38 @@ def test_a_scored_first_decision_acts_at_once_and_the_patience_holds_after_it() 
     assert selector.chosen_rules()["hot"] == "aggregated"
 
 
+def test_a_first_decision_resumes_the_rule_whose_route_rule_a_group_runs() -> None:
+    """A restarted controller keeps the thresholds in force: the selector resumes the rule they are, not the first."""
+    selector = _selector()
+    running = {"rag": replace(BASE["rag"], rule=RouteRule.AGGREGATED_ONLY), "chat": BASE["chat"]}
+    pools = {"hot": PoolTargets(0, 8), "cool": PoolTargets(1, 7)}
+    context = PolicyContext(tenants=TENANTS, groups=GROUPS, current_pools=pools, current_thresholds=running)
+    groups = {g: GroupWindow(num_prefill=p.num_prefill, num_decode=p.num_decode) for g, p in pools.items()}
+    window = MetricWindow(
+        end_s=10.0, window_s=10.0, tenants={t.name: TenantWindow(request_rate_rps=2.0) for t in TENANTS}, groups=groups
+    )
+    action = selector.decide(build_observation(window, ObservationContext(TENANTS, GROUPS, BASE)), context)
+    assert selector.chosen_rules() == {"hot": "aggregated", "cool": "dynamo-legacy"}, "the base file's rule is none"
+    assert action.thresholds["rag"].rule is RouteRule.AGGREGATED_ONLY
+    assert action.pools["hot"] == PoolTargets(0, 8), "aggregated's pools: nothing moves at the restart"
+
+
+def test_a_group_whose_tenants_run_different_route_rules_starts_under_the_first_rule() -> None:
+    selector = _selector()
+    mixed = (*TENANTS, Tenant("rag2", "hot", Slo(ttft_p95_s=2.0, tpot_p95_s=0.06)))
+    running = {
+        "rag": replace(BASE["rag"], rule=RouteRule.AGGREGATED_ONLY),
+        "rag2": replace(BASE["rag"], rule=RouteRule.DYNAMO_LEGACY),
+        "chat": BASE["chat"],
+    }
+    pools = {"hot": PoolTargets(0, 8), "cool": PoolTargets(1, 7)}
+    context = PolicyContext(tenants=mixed, groups=GROUPS, current_pools=pools, current_thresholds=running)
+    rates = {t.name: TenantWindow(request_rate_rps=2.0) for t in mixed}
+    window = MetricWindow(end_s=10.0, window_s=10.0, tenants=rates, groups={})
+    selector.decide(build_observation(window, ObservationContext(mixed, GROUPS, BASE)), context)
+    assert selector.chosen_rules()["hot"] == "dynamo-legacy"
+
+
 def test_tenants_of_no_listed_group_keep_their_thresholds() -> None:
     stray = Tenant("default", "default", Slo(ttft_p95_s=5.0, tpot_p95_s=0.2))
     action = _decide(_selector(), {"hot": PoolTargets(6, 2), "cool": PoolTargets(1, 7)}, (*TENANTS, stray))
