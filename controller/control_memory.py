@@ -9,23 +9,28 @@ every 10 minutes of a simulated day made 228 threshold reversals under ``baselin
 ``learned:default`` where none ran without restarts: ``tests/env/test_restart.py``), and it forgot the guard's
 cooldowns and reversal holds, so it could give back at once a pool it had grown a minute before.
 
-An active controller that actuates therefore writes that state to a file after every tick that changed it, and
-reads it back at start, after it has taken its lease (:mod:`controller.lease`: one writer per target, so one writer
-per memory file), as :meth:`ControlState.after_restart` says: all of it but the guard's hysteresis streaks, which
-count consecutive ticks that a restart breaks. The thresholds are kept only while the base policy file resolves to
-the same base thresholds as when they were written (a digest of them is in the file): under a changed base file
-they restart from it, as a reload with a changed base file does, and the guard's memory is kept.
+An active controller that actuates therefore writes that state to a file after every tick that changed it, and reads
+it back at start, after it has taken its lease (:mod:`controller.lease`: one writer per target, so one writer per
+memory file), as :meth:`ControlState.after_restart` says: the policy's thresholds and the guard's memory but its
+hysteresis streaks, which count consecutive ticks that a restart breaks. Nothing counts as published then: the first
+tick publishes the whole table, which the router actuator does not send when the router runs it already
+(:mod:`controller.actuators.router`), so a router restarted meanwhile gets it back. The thresholds are kept only
+while the base policy file resolves to the same base thresholds as when they were written (a digest of them is in
+the file): under a changed base file they restart from it, as a reload with a changed base file does, and the
+guard's memory is kept.
 
 Times are written as wall-clock epoch seconds and read back onto the new process's monotonic clock (the guard's
 clock), so a restart on another host or after a reboot keeps the ages; a time in the future (clock skew) is read as
 now. A memory of a group or tenant the configuration no longer has is harmless (never looked up).
 
-The default path is the lease file's with ``.memory.json`` for ``.lease``; ``control_memory_file`` in the config
-overrides it. Advisory mode, and an active controller with only the dry-run actuator and no ``control_memory_file``,
-keep the state in the process only (they change nothing that outlives them). Writes are atomic (a temporary file in
-the same directory, then ``os.replace``). A file that cannot be read back is refused with one line naming it and
-the field (:class:`ControlMemoryError`; the daemon exits with the configuration error code): it is written only by
-this module, so a malformed one is a fault to look at, not to overwrite; delete it to start from the base file.
+The default path is the lease file's with ``.memory.json`` for ``.lease`` (so, like the lease, it belongs to the
+targets it is named after: for a new deployment behind the same router URL or namespace, delete it);
+``control_memory_file`` in the config overrides it. Advisory mode, and an active controller with only the dry-run
+actuator and no ``control_memory_file``, keep the state in the process only (they change nothing that outlives
+them). Writes are atomic (a temporary file in the same directory, then ``os.replace``). A file that cannot be read
+back is refused with one line naming it and the field (:class:`ControlMemoryError`; the daemon exits with the
+configuration error code): it is written only by this module, so a malformed one is a fault to look at, not to
+overwrite; delete it to start from the base file.
 """
 
 from __future__ import annotations
@@ -139,14 +144,12 @@ def encode_control_memory(state: ControlState, digest: str, now_s: float, wall_s
     ``digest``: :func:`base_digest` of the base thresholds it runs on. The guard's times, on its clock where
     ``now_s`` is wall time ``wall_s``, are written as wall-clock epoch seconds.
     """
-    published = state.published
     return {
         "format": FORMAT,
         "version": VERSION,
         "written_at": round(wall_s, 6),
         "base_digest": digest,
         "policy_thresholds": {n: encode_thresholds(t) for n, t in sorted(state.policy_thresholds.items())},
-        "published": None if published is None else {n: encode_thresholds(t) for n, t in sorted(published.items())},
         "guard": _encode_guard(state.guard, now_s, wall_s),
     }
 
@@ -302,19 +305,16 @@ def decode_control_memory(
         raise read.fail("version", f"expected {VERSION}, got {top.get('version')!r} (written by another build?)")
     guard = read.guard(top.get("guard", {}))
     policy_thresholds = read.table(top.get("policy_thresholds"), "policy_thresholds")
-    raw_published = top.get("published")
-    published = None if raw_published is None else read.table(raw_published, "published")
     if read.text(top.get("base_digest"), "base_digest") != base_digest(base):
         return ControlState(policy_thresholds=dict(base), guard=guard), False
-    return ControlState(policy_thresholds=policy_thresholds, published=published, guard=guard), True
+    return ControlState(policy_thresholds=policy_thresholds, guard=guard), True
 
 
 def _kept(state: ControlState) -> tuple[object, ...]:
     """What of ``state`` is written (on the guard's clock): a change of anything else needs no write."""
     guard = state.after_restart().guard
     moves = {(t, n): m for t, per in guard.threshold_moves.items() for n, m in per.items()}
-    published = None if state.published is None else dict(state.published)
-    return dict(state.policy_thresholds), published, dict(guard.groups), dict(guard.tenants), moves
+    return dict(state.policy_thresholds), dict(guard.groups), dict(guard.tenants), moves
 
 
 @dataclass(slots=True)

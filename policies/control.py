@@ -71,14 +71,15 @@ class ControlState:
         return cls(policy_thresholds=dict(base_thresholds))
 
     def after_restart(self) -> ControlState:
-        """What a restarted controller reads back of this state: all of it but the guard's hysteresis streaks.
+        """What a restarted controller reads back of this state (its thresholds, the guard's memory but the streaks).
 
-        A controller that keeps its memory file (``controller.control_memory``) starts from this, not from
-        :meth:`start`: the thresholds in force and the guard's clocks carry on, and only the streaks, which count
-        consecutive ticks, begin again. The gym env restarts the same way
-        (:meth:`~env.gym_env.PDClusterEnv.restart_control`).
+        Nothing counts as published. A controller that keeps its memory file (``controller.control_memory``) starts
+        from this, not from :meth:`start`: the thresholds in force and the guard's clocks carry on; the streaks,
+        which count consecutive ticks, begin again; and the first step publishes the whole table, which the router
+        actuator does not send when the router already runs it (a router restarted meanwhile gets it back). The gym
+        env restarts the same way (:meth:`~env.gym_env.PDClusterEnv.restart_control`).
         """
-        return replace(self, guard=self.guard.after_restart())
+        return replace(self, published=None, guard=self.guard.after_restart())
 
 
 @dataclass(frozen=True, slots=True)

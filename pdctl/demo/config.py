@@ -254,6 +254,7 @@ def controller_config(
         "override_dir": str(override_dir),
         "audit_log": str(audit_log),
         "lease_file": str(audit_log.parent / "controller.lease"),
+        "control_memory_file": str(audit_log.parent / "controller.memory.json"),  # removed at each run's start
         "listen": {"host": "127.0.0.1", "port": port},
         "source": source,
         "instances": [{"id": iid, "group": group, "role": roles[iid], "url": urls[iid]} for iid in roles],

@@ -124,9 +124,11 @@ def run_phase(
     load_json = directory / "load.json"
     override_dir = directory / "overrides"
     override_dir.mkdir(exist_ok=True)
-    # The router and the controller append to their logs, and the controller reads the override folder: what an
-    # earlier run left in this folder would be counted in this run's report, or override its policy.
-    for stale in (request_log, audit_log, *override_dir.iterdir()):
+    # The router and the controller append to their logs, and the controller reads the override folder and its
+    # control memory (controller.control_memory): what an earlier run left in this folder would be
+    # counted in this run's report, override its policy, or start this fresh deployment from its thresholds.
+    memory = directory / "controller.memory.json"
+    for stale in (request_log, audit_log, memory, *override_dir.iterdir()):
         if stale.is_file():
             stale.unlink()
     children = ProcessSet()

@@ -94,7 +94,6 @@ def test_under_a_changed_base_file_the_thresholds_restart_from_it_and_the_guard_
     state, kept = decode_control_memory(doc, "m.json", new_base, now_s=1000.0, wall_s=5000.0)
     assert not kept
     assert state.policy_thresholds == new_base
-    assert state.published is None, "the next tick publishes the whole table from the new base"
     assert state.guard == GUARD.after_restart()
 
 
@@ -123,10 +122,16 @@ def test_a_time_in_the_future_is_read_as_now() -> None:
         (lambda d: d["policy_thresholds"]["rag"].pop("rule"), "policy_thresholds.rag.rule: missing"),
         (lambda d: d["policy_thresholds"]["rag"].update(speed=1), "policy_thresholds.rag.speed: unknown field"),
         (lambda d: d["policy_thresholds"]["rag"].update(rule="fastest"), "policy_thresholds.rag.rule: not readable"),
-        (lambda d: d["published"]["rag"].update(min_remote_input_tokens=1.5), "published.rag.min_remote_input_tokens"),
-        (lambda d: d["published"]["rag"].update(disaggregation_enabled=1), "published.rag.disaggregation_enabled"),
-        (lambda d: d["published"]["rag"].update(buckets=[{"route": "x"}]), "published.rag.buckets: not readable"),
-        (lambda d: d["published"]["rag"].update(traffic_percent=250.0), "published.rag: "),
+        (
+            lambda d: d["policy_thresholds"]["rag"].update(min_remote_input_tokens=1.5),
+            "policy_thresholds.rag.min_remote_input_tokens",
+        ),
+        (
+            lambda d: d["policy_thresholds"]["rag"].update(disaggregation_enabled=1),
+            "policy_thresholds.rag.disaggregation_enabled",
+        ),
+        (lambda d: d["policy_thresholds"]["rag"].update(buckets=[{"route": "x"}]), "rag.buckets: not readable"),
+        (lambda d: d["policy_thresholds"]["rag"].update(traffic_percent=250.0), "policy_thresholds.rag: "),
     ],
 )
 def test_a_malformed_document_is_refused_with_one_line_naming_the_field(edit: Any, field: str) -> None:
@@ -147,11 +152,13 @@ def test_the_file_is_written_atomically_and_only_when_what_it_keeps_changed(tmp_
     assert not memory.save(STATE, DIGEST, 1001.0, 5001.0), "nothing kept changed"
     streak_only = replace(GUARD, groups={**GUARD.groups, "g": replace(GUARD.groups["g"], streak_ticks=2)})
     assert not memory.save(replace(STATE, guard=streak_only), DIGEST, 1002.0, 5002.0), "the streaks are not kept"
-    assert memory.save(replace(STATE, published=BASE), DIGEST, 1003.0, 5003.0)
+    assert not memory.save(replace(STATE, published=BASE), DIGEST, 1003.0, 5003.0), "nor is the published table"
+    assert memory.save(replace(STATE, policy_thresholds=BASE), DIGEST, 1003.0, 5003.0)
     assert [p.name for p in memory.path.parent.iterdir()] == ["m.json"], "no temporary file left"
     read = ControlMemoryFile(memory.path).load(BASE, 1003.0, 5003.0)
     assert read is not None
-    assert read[0].published == BASE
+    assert read[0].policy_thresholds == BASE
+    assert read[0].published is None, "a restart publishes the whole table (the router actuator skips it if in force)"
     memory.path.write_text("{not json")
     with pytest.raises(ControlMemoryError, match=r"m\.json: not JSON"):
         ControlMemoryFile(memory.path).load(BASE, 0.0, 0.0)
@@ -257,9 +264,10 @@ async def test_a_restarted_controller_keeps_the_thresholds_in_force(tmp_path: Pa
 
     kept = restart(tmp_path, clock, 2.0, keep=True)
     assert kept.state.policy_thresholds["rag"].min_remote_input_tokens == 3072
-    held = await kept.tick()  # inside the threshold cooldown the memory kept: nothing to publish
-    assert held.plan.policy_document is None
+    held = await kept.tick()  # inside the threshold cooldown the memory kept: the table in force, published again
     assert "threshold_cooldown" in {c["reason"] for c in held.record["clamps"]}
+    assert held.plan.policy_document is not None, "a router restarted meanwhile gets it back"
+    assert held.record["plan"]["thresholds"]["rag"]["min_remote_input_tokens"] == 3072
 
     carried_on = await restart(tmp_path, clock, 6.0, keep=True).tick()
     assert carried_on.record["plan"]["thresholds"]["rag"]["min_remote_input_tokens"] == 2304, "the next step"

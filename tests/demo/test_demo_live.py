@@ -66,6 +66,8 @@ def test_short_demo_runs_both_phases_reports_and_leaves_no_process(tmp_path: Pat
         (out / phase / "controller-audit.jsonl").write_text(stale)
         (out / phase / "router-requests.jsonl").write_text(stale)
     (out / "controlled" / "overrides" / "old.yaml").write_text("not: an override of this run\n")
+    # an earlier run's control memory would start this fresh deployment from its state (this one would stop it)
+    (out / "controlled" / "controller.memory.json").write_text(stale)
     proc = _demo(out, "--duration", "30", "--time-scale", "0.5", "--scraper")
     try:
         stdout, _ = proc.communicate(timeout=300)
@@ -103,6 +105,7 @@ def test_short_demo_runs_both_phases_reports_and_leaves_no_process(tmp_path: Pat
         assert stale not in (out / phase / "controller-audit.jsonl").read_text()
         assert stale not in (out / phase / "router-requests.jsonl").read_text()
     assert not (out / "controlled" / "overrides" / "old.yaml").exists()
+    assert json.loads((out / "controlled" / "controller.memory.json").read_text())["format"] == "pdctl-control-memory"
 
 
 def test_sigint_stops_every_process_the_demo_started(tmp_path: Path) -> None:
