@@ -11,13 +11,15 @@ cooldowns and reversal holds, so it could give back at once a pool it had grown 
 
 An active controller that actuates therefore writes that state to a file after every tick that changed it, and reads
 it back at start, after it has taken its lease (:mod:`controller.lease`: one writer per target, so one writer per
-memory file), as :meth:`ControlState.after_restart` says: the policy's thresholds and the guard's memory but its
-hysteresis streaks, which count consecutive ticks that a restart breaks. Nothing counts as published then: the first
-tick publishes the whole table, which the router actuator does not send when the router runs it already
-(:mod:`controller.actuators.router`), so a router restarted meanwhile gets it back. The thresholds are kept only
-while the base policy file resolves to the same base thresholds as when they were written (a digest of them is in
-the file): under a changed base file they restart from it, as a reload with a changed base file does, and the
-guard's memory is kept.
+memory file), as :meth:`ControlState.after_restart` says: the policy's thresholds and the guard's memory; its
+hysteresis streaks, which count consecutive ticks, only when the file is at most the guard's ``max_staleness_s`` old
+(a quick restart continues the sequence, a long outage breaks it: measured in the simulator, dropping them at every
+restart of a 2-minute crash loop cost ``baseline:queue_kv`` a quarter of its goodput on short-flood-8,
+``experiments/results/restarts/``). Nothing counts as published then: the first tick publishes the whole table,
+which the router actuator does not send when the router runs it already (:mod:`controller.actuators.router`), so a
+router restarted meanwhile gets it back. The thresholds are kept only while the base policy file resolves to the
+same base thresholds as when they were written (a digest of them is in the file): under a changed base file they
+restart from it, as a reload with a changed base file does, and the guard's memory is kept.
 
 Times are written as wall-clock epoch seconds and read back onto the new process's monotonic clock (the guard's
 clock), so a restart on another host or after a reboot keeps the ages; a time in the future (clock skew) is read as
@@ -124,6 +126,8 @@ def _encode_guard(state: GuardState, now_s: float, wall_s: float) -> dict[str, A
             "last_change_at": None if g.last_change_s is None else _wall(g.last_change_s, now_s, wall_s),
             "last_move": list(g.last_move),
             "last_move_policy_id": g.last_move_policy_id,
+            "streak_direction": list(g.streak_direction),
+            "streak_ticks": g.streak_ticks,
         }
         for name, g in sorted(state.groups.items())
     }
@@ -190,20 +194,30 @@ class _Reader:
     def group(self, name: str, value: object) -> GroupGuardState:
         field = f"guard.groups.{name}"
         doc = self.mapping(value, field)
-        extra = doc.keys() - {"last_change_at", "last_move", "last_move_policy_id"}
+        extra = doc.keys() - {"last_change_at", "last_move", "last_move_policy_id", "streak_direction", "streak_ticks"}
         if extra:
             raise self.fail(field, f"unknown field {sorted(extra)[0]}")
         at = doc.get("last_change_at")
         move = doc.get("last_move", [0, 0])
         if not isinstance(move, list) or len(move) != 2:
             raise self.fail(f"{field}.last_move", "expected [prefill, decode] directions")
-        directions = (
-            self.direction(move[0], f"{field}.last_move[0]", (-1, 0, 1)),
-            self.direction(move[1], f"{field}.last_move[1]", (-1, 0, 1)),
-        )
+        streak = doc.get("streak_direction", [0, 0])
+        if not isinstance(streak, list) or len(streak) != 2:
+            raise self.fail(f"{field}.streak_direction", "expected [prefill, decode] directions")
+        ticks = doc.get("streak_ticks", 0)
+        if isinstance(ticks, bool) or not isinstance(ticks, int) or ticks < 0:
+            raise self.fail(f"{field}.streak_ticks", f"expected a count of ticks, got {ticks!r}")
         return GroupGuardState(
             last_change_s=None if at is None else self.time(at, f"{field}.last_change_at"),
-            last_move=directions,
+            streak_direction=(
+                self.direction(streak[0], f"{field}.streak_direction[0]", (-1, 0, 1)),
+                self.direction(streak[1], f"{field}.streak_direction[1]", (-1, 0, 1)),
+            ),
+            streak_ticks=ticks,
+            last_move=(
+                self.direction(move[0], f"{field}.last_move[0]", (-1, 0, 1)),
+                self.direction(move[1], f"{field}.last_move[1]", (-1, 0, 1)),
+            ),
             last_move_policy_id=self.text(doc.get("last_move_policy_id", ""), f"{field}.last_move_policy_id"),
         )
 
@@ -287,12 +301,19 @@ class _Reader:
 
 
 def decode_control_memory(
-    doc: object, source: str, base: Mapping[str, RoutingThresholds], now_s: float, wall_s: float
+    doc: object,
+    source: str,
+    base: Mapping[str, RoutingThresholds],
+    now_s: float,
+    wall_s: float,
+    max_gap_s: float,
 ) -> tuple[ControlState, bool]:
     """The control state a :func:`encode_control_memory` document holds, and whether its thresholds were kept.
 
     ``False``: the base thresholds differ from those it was written under, so they restart from ``base``; the
-    guard's memory is kept either way. Times are read onto a clock where ``now_s`` is wall time ``wall_s``.
+    guard's memory is kept either way, its hysteresis streaks only when the file was written at most ``max_gap_s``
+    before ``wall_s`` (a quick restart; the daemon passes the guard's ``max_staleness_s``). Times are read onto a
+    clock where ``now_s`` is wall time ``wall_s``.
 
     Raises:
         ControlMemoryError: one line naming ``source`` and the field.
@@ -303,7 +324,8 @@ def decode_control_memory(
         raise read.fail("format", f"expected {FORMAT!r}, got {top.get('format')!r}")
     if top.get("version") != VERSION:
         raise read.fail("version", f"expected {VERSION}, got {top.get('version')!r} (written by another build?)")
-    guard = read.guard(top.get("guard", {}))
+    written_at = read.time(top.get("written_at"), "written_at")
+    guard = read.guard(top.get("guard", {})).after_restart(keep_streaks=now_s - written_at <= max_gap_s)
     policy_thresholds = read.table(top.get("policy_thresholds"), "policy_thresholds")
     if read.text(top.get("base_digest"), "base_digest") != base_digest(base):
         return ControlState(policy_thresholds=dict(base), guard=guard), False
@@ -312,7 +334,7 @@ def decode_control_memory(
 
 def _kept(state: ControlState) -> tuple[object, ...]:
     """What of ``state`` is written (on the guard's clock): a change of anything else needs no write."""
-    guard = state.after_restart().guard
+    guard = state.guard
     moves = {(t, n): m for t, per in guard.threshold_moves.items() for n, m in per.items()}
     return dict(state.policy_thresholds), dict(guard.groups), dict(guard.tenants), moves
 
@@ -325,7 +347,7 @@ class ControlMemoryFile:
     _written: tuple[object, ...] | None = None
 
     def load(
-        self, base: Mapping[str, RoutingThresholds], now_s: float, wall_s: float
+        self, base: Mapping[str, RoutingThresholds], now_s: float, wall_s: float, max_gap_s: float
     ) -> tuple[ControlState, bool] | None:
         """The state in the file and whether its thresholds were kept (``None``: no file yet).
 
@@ -342,7 +364,7 @@ class ControlMemoryFile:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ControlMemoryError(f"{self.path}: not JSON: {exc}") from None
-        state, kept = decode_control_memory(doc, str(self.path), base, now_s, wall_s)
+        state, kept = decode_control_memory(doc, str(self.path), base, now_s, wall_s, max_gap_s)
         if kept:
             self._written = _kept(state)
         return state, kept

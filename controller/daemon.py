@@ -143,7 +143,8 @@ class Daemon:
         if memory is None:
             return
         base = {name: tp.thresholds for name, tp in self.loop.runtime.base.tenants.items()}
-        read = memory.load(base, self.clock.monotonic(), self.clock.now().timestamp())
+        limits = self.loop.runtime.guard.limits
+        read = memory.load(base, self.clock.monotonic(), self.clock.now().timestamp(), limits.max_staleness_s)
         if read is None:
             return
         state, kept = read

@@ -352,15 +352,16 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
     def restart_control(self, *, keep_memory: bool) -> None:
         """Start the control state again, as a restarted controller does; the simulated cluster runs on.
 
-        ``keep_memory``: as a controller that keeps its memory file (:mod:`controller.control_memory`) restarts:
-        the thresholds in force and the guard's clocks carry on (:meth:`~policies.control.ControlState.
+        ``keep_memory``: as a controller that keeps its memory file (:mod:`controller.control_memory`) restarts
+        at once: the thresholds in force and the guard's memory carry on (:meth:`~policies.control.ControlState.
         after_restart`). Otherwise as one without it: the policy sees the base thresholds as current, the next step
         publishes the full table, and the guard starts empty (:meth:`~policies.control.ControlState.start`). The
         caller starts a fresh policy too, as a new process does.
         """
         if self._sim is None:
             raise RuntimeError("call reset() before restart_control()")
-        self._control = self._control.after_restart() if keep_memory else ControlState.start(self.base_thresholds)
+        restarted = self._control.after_restart(keep_streaks=True)  # a restart in simulated time takes no time
+        self._control = restarted if keep_memory else ControlState.start(self.base_thresholds)
 
     def control(self, decide: ControlAction | Policy) -> ControlStep:
         """One control interval: the shared :func:`~policies.control.control_step`, carried out on the simulator.

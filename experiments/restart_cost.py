@@ -80,7 +80,14 @@ def main() -> None:
     if not args.restart_every_s > 0:
         raise SystemExit(f"--restart-every-s: {args.restart_every_s} is not a positive number of seconds")
     seeds = [int(s) for s in args.seeds.split(",")]
+    command = (
+        f"PYTHONHASHSEED=0 python experiments/restart_cost.py --scenarios {args.scenarios} --policies {args.policies} "
+        f"--seeds {args.seeds} --restart-every-s {args.restart_every_s:g}"
+    )
     lines = [
+        f"Command: `{command}` (PDCTL_TRACES: the trace folder). Priority-weighted goodput (req/s), mean over the "
+        "seeds; in brackets the ratio to no restart.",
+        "",
         f"| scenario | policy | goodput, no restart | restart every {args.restart_every_s:g} s: memory kept | "
         "memory lost | restarts per run |",
         "|---|---|---:|---:|---:|---:|",

@@ -70,16 +70,17 @@ class ControlState:
         """The state before the first step: the base thresholds, nothing published, a fresh guard."""
         return cls(policy_thresholds=dict(base_thresholds))
 
-    def after_restart(self) -> ControlState:
-        """What a restarted controller reads back of this state (its thresholds, the guard's memory but the streaks).
+    def after_restart(self, *, keep_streaks: bool) -> ControlState:
+        """What a restarted controller reads back of this state: its thresholds and the guard's memory.
 
-        Nothing counts as published. A controller that keeps its memory file (``controller.control_memory``) starts
-        from this, not from :meth:`start`: the thresholds in force and the guard's clocks carry on; the streaks,
-        which count consecutive ticks, begin again; and the first step publishes the whole table, which the router
-        actuator does not send when the router already runs it (a router restarted meanwhile gets it back). The gym
-        env restarts the same way (:meth:`~env.gym_env.PDClusterEnv.restart_control`).
+        Nothing counts as published, and the guard's hysteresis streaks are kept only after a quick restart
+        (``keep_streaks``; :meth:`~policies.guard.GuardState.after_restart`). A controller that keeps its memory file
+        (``controller.control_memory``) starts from this, not from :meth:`start`: the thresholds in force and the
+        guard's clocks carry on, and the first step publishes the whole table, which the router actuator does not
+        send when the router already runs it (a router restarted meanwhile gets it back). The gym env restarts the
+        same way, at once (:meth:`~env.gym_env.PDClusterEnv.restart_control`).
         """
-        return replace(self, published=None, guard=self.guard.after_restart())
+        return replace(self, published=None, guard=self.guard.after_restart(keep_streaks=keep_streaks))
 
 
 @dataclass(frozen=True, slots=True)

@@ -191,12 +191,15 @@ class GuardState:
     """Per tenant, per ordered field (:data:`ORDERED_THRESHOLD_FIELDS`), its last applied move (at most one entry
     per tenant and field: the memory does not grow with time)."""
 
-    def after_restart(self) -> GuardState:
-        """What a restarted controller reads back of this memory: all but the hysteresis streaks.
+    def after_restart(self, *, keep_streaks: bool) -> GuardState:
+        """What a restarted controller reads back of this memory: all of it, the streaks only if ``keep_streaks``.
 
-        The streaks count consecutive ticks, and a restart breaks the sequence (:meth:`policies.control.ControlState.
+        The hysteresis streaks count consecutive ticks: a quick restart continues the sequence (the new process
+        asks what the old one would have), a long outage breaks it (:meth:`policies.control.ControlState.
         after_restart`, which the controller's memory file and the gym env's restart both follow).
         """
+        if keep_streaks:
+            return self
         groups = {name: replace(g, streak_direction=(0, 0), streak_ticks=0) for name, g in self.groups.items()}
         return GuardState(groups, dict(self.tenants), {t: dict(per) for t, per in self.threshold_moves.items()})
 

@@ -71,19 +71,25 @@ GUARD = GuardState(
 )
 STATE = ControlState(policy_thresholds={**BASE, "rag": MOVED}, published={**BASE, "rag": MOVED}, guard=GUARD)
 DIGEST = base_digest(BASE)
+GAP_S = 30.0
 
 
 def test_a_round_trip_keeps_what_a_restart_keeps_and_moves_every_time_onto_the_new_clock() -> None:
     doc = encode_control_memory(STATE, DIGEST, now_s=1000.0, wall_s=5000.0)
     assert doc["guard"]["groups"]["g"]["last_change_at"] == 4900.0
-    same_clock, kept = decode_control_memory(json.loads(json.dumps(doc)), "m.json", BASE, now_s=1000.0, wall_s=5000.0)
+    same_clock, kept = decode_control_memory(json.loads(json.dumps(doc)), "m.json", BASE, 1000.0, 5000.0, GAP_S)
     assert kept
-    assert same_clock == STATE.after_restart(), "the file keeps exactly what ControlState.after_restart keeps"
+    assert same_clock == STATE.after_restart(keep_streaks=True), "exactly what ControlState.after_restart keeps"
     assert same_clock.policy_thresholds["rag"] == MOVED, "every field, enums, sets and buckets included"
     # A new process: its monotonic clock starts near 0, and 100 s of wall time have passed.
-    moved, _ = decode_control_memory(doc, "m.json", BASE, now_s=10.0, wall_s=5100.0)
+    moved, _ = decode_control_memory(doc, "m.json", BASE, now_s=10.0, wall_s=5100.0, max_gap_s=GAP_S)
     shift = 10.0 - 1000.0 - 100.0
-    assert moved.guard.groups["g"] == GroupGuardState(900.0 + shift, last_move=(1, -1), last_move_policy_id="p")
+    assert moved.guard.groups["g"] == GroupGuardState(900.0 + shift, last_move=(1, -1), last_move_policy_id="p"), (
+        "written 100 s ago, more than the staleness limit: the hysteresis streak starts again"
+    )
+    quick, _ = decode_control_memory(doc, "m.json", BASE, now_s=10.0, wall_s=5020.0, max_gap_s=GAP_S)
+    assert quick.guard.groups["g"].streak_ticks == 1, "a quick restart continues the streak"
+    assert quick.guard.groups["g"].streak_direction == (1, -1)
     assert moved.guard.tenants == {"rag": 950.0 + shift}
     assert moved.guard.threshold_moves["rag"]["min_remote_input_tokens"].at_s == 950.0 + shift
 
@@ -91,15 +97,15 @@ def test_a_round_trip_keeps_what_a_restart_keeps_and_moves_every_time_onto_the_n
 def test_under_a_changed_base_file_the_thresholds_restart_from_it_and_the_guard_is_kept() -> None:
     doc = encode_control_memory(STATE, DIGEST, now_s=1000.0, wall_s=5000.0)
     new_base = {**BASE, "chat": RoutingThresholds(min_remote_input_tokens=8192)}
-    state, kept = decode_control_memory(doc, "m.json", new_base, now_s=1000.0, wall_s=5000.0)
+    state, kept = decode_control_memory(doc, "m.json", new_base, 1000.0, 5000.0, GAP_S)
     assert not kept
     assert state.policy_thresholds == new_base
-    assert state.guard == GUARD.after_restart()
+    assert state.guard == GUARD
 
 
 def test_a_time_in_the_future_is_read_as_now() -> None:
     doc = encode_control_memory(STATE, DIGEST, now_s=1000.0, wall_s=5000.0)
-    back, _ = decode_control_memory(doc, "m.json", BASE, now_s=3.0, wall_s=4000.0)  # the wall clock went back
+    back, _ = decode_control_memory(doc, "m.json", BASE, 3.0, 4000.0, GAP_S)  # the wall clock went back
     assert back.guard.groups["g"].last_change_s == 3.0
     assert back.guard.tenants["rag"] == 3.0
 
@@ -113,6 +119,9 @@ def test_a_time_in_the_future_is_read_as_now() -> None:
         (lambda d: d["guard"]["groups"]["g"].update(last_move=[2, 0]), "guard.groups.g.last_move[0]"),
         (lambda d: d["guard"]["groups"]["g"].update(last_move=[1]), "guard.groups.g.last_move"),
         (lambda d: d["guard"]["groups"]["g"].update(speed=1), "guard.groups.g: unknown field speed"),
+        (lambda d: d["guard"]["groups"]["g"].update(streak_ticks=-1), "guard.groups.g.streak_ticks"),
+        (lambda d: d["guard"]["groups"]["g"].update(streak_direction=[0, 3]), "guard.groups.g.streak_direction[1]"),
+        (lambda d: d.update(written_at="now"), "written_at"),
         (lambda d: d["guard"]["groups"]["g"].update(last_change_at="soon"), "guard.groups.g.last_change_at"),
         (lambda d: d["guard"]["tenants"].update(rag=float("nan")), "guard.tenants.rag"),
         (lambda d: d["guard"]["threshold_moves"]["rag"]["min_remote_input_tokens"].pop("at"), "tokens.at: missing"),
@@ -138,7 +147,7 @@ def test_a_malformed_document_is_refused_with_one_line_naming_the_field(edit: An
     doc = json.loads(json.dumps(encode_control_memory(STATE, DIGEST, now_s=1000.0, wall_s=5000.0)))
     edit(doc)
     with pytest.raises(ControlMemoryError) as info:
-        decode_control_memory(doc, "/x/m.json", BASE, now_s=0.0, wall_s=5000.0)
+        decode_control_memory(doc, "/x/m.json", BASE, now_s=0.0, wall_s=5000.0, max_gap_s=GAP_S)
     message = str(info.value)
     assert message.startswith("/x/m.json: ")
     assert field in message
@@ -147,21 +156,22 @@ def test_a_malformed_document_is_refused_with_one_line_naming_the_field(edit: An
 
 def test_the_file_is_written_atomically_and_only_when_what_it_keeps_changed(tmp_path: Path) -> None:
     memory = ControlMemoryFile(tmp_path / "sub" / "m.json")
-    assert memory.load(BASE, 0.0, 100.0) is None, "no file yet"
+    assert memory.load(BASE, 0.0, 100.0, GAP_S) is None, "no file yet"
     assert memory.save(STATE, DIGEST, 1000.0, 5000.0)
     assert not memory.save(STATE, DIGEST, 1001.0, 5001.0), "nothing kept changed"
     streak_only = replace(GUARD, groups={**GUARD.groups, "g": replace(GUARD.groups["g"], streak_ticks=2)})
-    assert not memory.save(replace(STATE, guard=streak_only), DIGEST, 1002.0, 5002.0), "the streaks are not kept"
-    assert not memory.save(replace(STATE, published=BASE), DIGEST, 1003.0, 5003.0), "nor is the published table"
+    assert memory.save(replace(STATE, guard=streak_only), DIGEST, 1002.0, 5002.0), "the streaks are kept"
+    published = replace(STATE, guard=streak_only, published=BASE)
+    assert not memory.save(published, DIGEST, 1003.0, 5003.0), "the published table is not"
     assert memory.save(replace(STATE, policy_thresholds=BASE), DIGEST, 1003.0, 5003.0)
     assert [p.name for p in memory.path.parent.iterdir()] == ["m.json"], "no temporary file left"
-    read = ControlMemoryFile(memory.path).load(BASE, 1003.0, 5003.0)
+    read = ControlMemoryFile(memory.path).load(BASE, 1003.0, 5003.0, GAP_S)
     assert read is not None
     assert read[0].policy_thresholds == BASE
     assert read[0].published is None, "a restart publishes the whole table (the router actuator skips it if in force)"
     memory.path.write_text("{not json")
     with pytest.raises(ControlMemoryError, match=r"m\.json: not JSON"):
-        ControlMemoryFile(memory.path).load(BASE, 0.0, 0.0)
+        ControlMemoryFile(memory.path).load(BASE, 0.0, 0.0, GAP_S)
 
 
 def test_every_threshold_field_is_written() -> None:
@@ -226,7 +236,7 @@ def restart(tmp_path: Path, clock: VirtualClock, after_s: float, *, keep: bool, 
     )
     memory = ControlMemoryFile(tmp_path / "memory.json")
     base = {n: tp.thresholds for n, tp in loop.runtime.base.tenants.items()}
-    read = memory.load(base, loop.clock.monotonic(), loop.clock.now().timestamp())
+    read = memory.load(base, loop.clock.monotonic(), loop.clock.now().timestamp(), GAP_S)
     if keep and read is not None:
         loop.restore(read[0])
     return loop
@@ -303,7 +313,7 @@ async def test_the_daemon_reads_the_memory_back_at_start(tmp_path: Path) -> None
 
 async def test_a_malformed_memory_stops_the_daemon_at_start_with_one_line(tmp_path: Path) -> None:
     memory_path = tmp_path / "memory.json"
-    doc = {"format": "pdctl-control-memory", "version": 1, "guard": {"tenants": {"rag": "x"}}}
+    doc = {"format": "pdctl-control-memory", "version": 1, "written_at": 0.0, "guard": {"tenants": {"rag": "x"}}}
     memory_path.write_text(json.dumps(doc))
     path = write_config(tmp_path, control_memory_file=str(memory_path))
     daemon = Daemon(path, VirtualClock(), allow_virtual_clock=True)

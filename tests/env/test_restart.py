@@ -12,14 +12,16 @@ memory, 0 and 0 with it (as without restarts), with the same pool changes and go
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from policies.guard import GuardLimits
+from tests.script_modules import load_script
 from tests.soak.test_policy_soak import soak
-from tests.soak.test_week_soak import week_scenario
+from tests.soak.test_week_soak import REPO, week_scenario
 
 RESTART_EVERY_S = 600.0
 
@@ -46,3 +48,17 @@ def test_a_restart_that_keeps_the_control_state_changes_nothing(spec: str, rever
     )
     assert runs["none"]["threshold_reversals"] == 0
     assert runs["lost"]["threshold_reversals"] == reversals_lost, "without it every restart undoes the thresholds"
+
+
+def test_the_restart_cost_script_runs_a_restart_as_the_env_does() -> None:
+    """``experiments/restart_cost.py`` (the goodput tables of ``experiments/results/restarts/``): with the memory a
+    2-minute crash loop leaves ``queue_kv`` on short-flood-8 where it was; without it, it does not."""
+    script = load_script(REPO / "experiments" / "restart_cost.py", "restart_cost")
+    path = REPO / "experiments" / "scenarios" / "short-flood-8.yaml"
+    traces = Path(os.environ.get("PDCTL_TRACES", "data/traces"))
+    none, _ = script.run(path, "baseline:queue_kv", 1000, "none", 120.0, traces)
+    kept, restarts = script.run(path, "baseline:queue_kv", 1000, "kept", 120.0, traces)
+    lost, _ = script.run(path, "baseline:queue_kv", 1000, "lost", 120.0, traces)
+    assert restarts >= 5
+    assert kept == none
+    assert lost != none
