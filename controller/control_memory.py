@@ -21,6 +21,11 @@ router restarted meanwhile gets it back. The thresholds are kept only while the 
 same base thresholds as when they were written (a digest of them is in the file): under a changed base file they
 restart from it, as a reload with a changed base file does, and the guard's memory is kept.
 
+A policy that remembers between ticks (:class:`policies.base.RemembersState`, found through its wrappers by
+:func:`policies.registry.remembering_policy`: the rule selector) writes its memory into the same file, with the
+control clock's reading at the write; the new process's policy takes it back when it has the same ``policy_id``,
+its times moved onto the new clock (:class:`ReadBack`). A malformed one stops the start like the rest.
+
 Times are written as wall-clock epoch seconds and read back onto the new process's monotonic clock (the guard's
 clock), so a restart on another host or after a reboot keeps the ages; a time in the future (clock skew) is read as
 now. A memory of a group or tenant the configuration no longer has is harmless (never looked up).
@@ -60,6 +65,7 @@ __all__ = [
     "VERSION",
     "ControlMemoryError",
     "ControlMemoryFile",
+    "ReadBack",
     "base_digest",
     "control_memory_path",
     "decode_control_memory",
@@ -142,11 +148,18 @@ def _encode_guard(state: GuardState, now_s: float, wall_s: float) -> dict[str, A
     return {"groups": groups, "tenants": tenants, "threshold_moves": moves}
 
 
-def encode_control_memory(state: ControlState, digest: str, now_s: float, wall_s: float) -> dict[str, Any]:
+def encode_control_memory(
+    state: ControlState,
+    digest: str,
+    now_s: float,
+    wall_s: float,
+    policy: tuple[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The document that keeps ``state`` (what :meth:`ControlState.after_restart` keeps of it).
 
     ``digest``: :func:`base_digest` of the base thresholds it runs on. The guard's times, on its clock where
-    ``now_s`` is wall time ``wall_s``, are written as wall-clock epoch seconds.
+    ``now_s`` is wall time ``wall_s``, are written as wall-clock epoch seconds. ``policy``: the policy's id and
+    its memory (:class:`~policies.base.RemembersState`), written with the control clock's reading ``now_s``.
     """
     return {
         "format": FORMAT,
@@ -155,6 +168,7 @@ def encode_control_memory(state: ControlState, digest: str, now_s: float, wall_s
         "base_digest": digest,
         "policy_thresholds": {n: encode_thresholds(t) for n, t in sorted(state.policy_thresholds.items())},
         "guard": _encode_guard(state.guard, now_s, wall_s),
+        "policy": None if policy is None else {"policy_id": policy[0], "clock_s": now_s, "memory": dict(policy[1])},
     }
 
 
@@ -300,6 +314,26 @@ class _Reader:
         return {name: self.thresholds(v, f"{field}.{name}") for name, v in self.mapping(value, field).items()}
 
 
+@dataclass(frozen=True, slots=True)
+class ReadBack:
+    """What a control memory document gives back.
+
+    Attributes:
+        state: the control state to start from.
+        thresholds_kept: whether its thresholds are the document's (``False``: the base file changed since, so they
+            restart from it; the guard's memory is kept either way).
+        policy_id: the policy whose memory the document holds (``None``: none).
+        policy_memory: that memory (:meth:`policies.base.RemembersState.restore_memory`).
+        policy_shift_s: what moves its times onto this process's control clock.
+    """
+
+    state: ControlState
+    thresholds_kept: bool
+    policy_id: str | None = None
+    policy_memory: Mapping[str, Any] | None = None
+    policy_shift_s: float = 0.0
+
+
 def decode_control_memory(
     doc: object,
     source: str,
@@ -307,10 +341,10 @@ def decode_control_memory(
     now_s: float,
     wall_s: float,
     max_gap_s: float,
-) -> tuple[ControlState, bool]:
+) -> ReadBack:
     """The control state a :func:`encode_control_memory` document holds, and whether its thresholds were kept.
 
-    ``False``: the base thresholds differ from those it was written under, so they restart from ``base``; the
+    Not kept: the base thresholds differ from those it was written under, so they restart from ``base``; the
     guard's memory is kept either way, its hysteresis streaks only when the file was written at most ``max_gap_s``
     before ``wall_s`` (a quick restart; the daemon passes the guard's ``max_staleness_s``). Times are read onto a
     clock where ``now_s`` is wall time ``wall_s``.
@@ -327,16 +361,26 @@ def decode_control_memory(
     written_at = read.time(top.get("written_at"), "written_at")
     guard = read.guard(top.get("guard", {})).after_restart(keep_streaks=now_s - written_at <= max_gap_s)
     policy_thresholds = read.table(top.get("policy_thresholds"), "policy_thresholds")
+    policy_id, memory, shift_s = None, None, 0.0
+    if top.get("policy") is not None:
+        policy = read.mapping(top.get("policy"), "policy")
+        policy_id = read.text(policy.get("policy_id"), "policy.policy_id")
+        memory = read.mapping(policy.get("memory"), "policy.memory")
+        clock_s = policy.get("clock_s")
+        if isinstance(clock_s, bool) or not isinstance(clock_s, int | float) or not math.isfinite(clock_s):
+            raise read.fail("policy.clock_s", f"expected seconds, got {clock_s!r}")
+        # the writer's clock reading clock_s was wall time written_at, which is written_at_s on this clock
+        shift_s = written_at - float(clock_s)
     if read.text(top.get("base_digest"), "base_digest") != base_digest(base):
-        return ControlState(policy_thresholds=dict(base), guard=guard), False
-    return ControlState(policy_thresholds=policy_thresholds, guard=guard), True
+        return ReadBack(ControlState(policy_thresholds=dict(base), guard=guard), False, policy_id, memory, shift_s)
+    return ReadBack(ControlState(policy_thresholds=policy_thresholds, guard=guard), True, policy_id, memory, shift_s)
 
 
-def _kept(state: ControlState) -> tuple[object, ...]:
-    """What of ``state`` is written (on the guard's clock): a change of anything else needs no write."""
+def _kept(state: ControlState, policy: tuple[str, Mapping[str, Any]] | None) -> tuple[object, ...]:
+    """What of ``state`` and the policy's memory is written: a change of anything else needs no write."""
     guard = state.guard
     moves = {(t, n): m for t, per in guard.threshold_moves.items() for n, m in per.items()}
-    return dict(state.policy_thresholds), dict(guard.groups), dict(guard.tenants), moves
+    return dict(state.policy_thresholds), dict(guard.groups), dict(guard.tenants), moves, policy
 
 
 @dataclass(slots=True)
@@ -348,8 +392,8 @@ class ControlMemoryFile:
 
     def load(
         self, base: Mapping[str, RoutingThresholds], now_s: float, wall_s: float, max_gap_s: float
-    ) -> tuple[ControlState, bool] | None:
-        """The state in the file and whether its thresholds were kept (``None``: no file yet).
+    ) -> ReadBack | None:
+        """What the file gives back (``None``: no file yet).
 
         Raises:
             ControlMemoryError: the file cannot be read or is malformed (one line naming it and the field).
@@ -364,22 +408,28 @@ class ControlMemoryFile:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ControlMemoryError(f"{self.path}: not JSON: {exc}") from None
-        state, kept = decode_control_memory(doc, str(self.path), base, now_s, wall_s, max_gap_s)
-        if kept:
-            self._written = _kept(state)
-        return state, kept
+        return decode_control_memory(doc, str(self.path), base, now_s, wall_s, max_gap_s)
 
-    def save(self, state: ControlState, digest: str, now_s: float, wall_s: float) -> bool:
-        """Write ``state`` atomically unless what is kept of it is what was last written; whether it wrote.
+    def save(
+        self,
+        state: ControlState,
+        digest: str,
+        now_s: float,
+        wall_s: float,
+        policy: tuple[str, Mapping[str, Any]] | None = None,
+    ) -> bool:
+        """Write ``state`` and ``policy`` (its id and memory) atomically, unless they are what was last written.
+
+        Returns whether it wrote.
 
         Raises:
             OSError: the directory cannot be written (the caller logs it; the state stays in the process).
         """
-        kept = _kept(state)
+        kept = _kept(state, policy)
         if kept == self._written:
             return False
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        doc = encode_control_memory(state, digest, now_s, wall_s)
+        doc = encode_control_memory(state, digest, now_s, wall_s, policy)
         text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
         try:

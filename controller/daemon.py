@@ -25,13 +25,14 @@ from prometheus_client import CollectorRegistry
 from controller.audit import AuditLog
 from controller.clock import Clock, WallClock
 from controller.config import ConfigError, ControllerConfig, load_config
-from controller.control_memory import ControlMemoryFile, control_memory_path
+from controller.control_memory import ControlMemoryError, ControlMemoryFile, control_memory_path
 from controller.health import HealthServer
 from controller.lease import Lease, LeaseHeldError, lease_path
 from controller.loop import ControlLoop
 from controller.overrides import OverrideWatcher
 from controller.runtime import RuntimeConfigError, build_runtime
 from controller.telemetry import Telemetry
+from policies.registry import remembering_policy
 
 __all__ = ["Daemon", "DaemonSignals", "run"]
 
@@ -147,14 +148,25 @@ class Daemon:
         read = memory.load(base, self.clock.monotonic(), self.clock.now().timestamp(), limits.max_staleness_s)
         if read is None:
             return
-        state, kept = read
-        self.loop.restore(state)
+        self.loop.restore(read.state)
+        policy = remembering_policy(self.loop.runtime.policy)
+        resumed = False
+        same = self.loop.runtime.policy.policy_id == read.policy_id
+        if read.policy_memory is not None and policy is not None and same:
+            try:
+                policy.restore_memory(read.policy_memory, read.policy_shift_s)
+            except ValueError as exc:
+                raise ControlMemoryError(f"{memory.path}: policy.memory.{exc}".splitlines()[0]) from None
+            resumed = True
         _log.info(
-            "control memory restored from %s: %s; the guard's memory of %d group(s) and %d tenant(s)",
+            "control memory restored from %s: %s; the guard's memory of %d group(s) and %d tenant(s); %s",
             memory.path,
-            "the thresholds in force" if kept else "the base policy changed since, so the thresholds restart from it",
-            len(state.guard.groups),
-            len(state.guard.tenants),
+            "the thresholds in force"
+            if read.thresholds_kept
+            else "the base policy changed since, so the thresholds restart from it",
+            len(read.state.guard.groups),
+            len(read.state.guard.tenants),
+            f"the memory of {read.policy_id}" if resumed else "no policy memory for this policy",
         )
 
     async def _ticks(self) -> None:

@@ -35,7 +35,7 @@ from controller.sources.base import Topology
 from controller.telemetry import Telemetry
 from policies.control import ControlEffects, ControlInputs, ControlState, control_step
 from policies.guard import Clamp
-from policies.registry import fitted_admission_slack
+from policies.registry import fitted_admission_slack, remembering_policy
 from policies.schema import ControlAction, MetricWindow, PoolTargets, RoutingThresholds
 from policies.watchdog import SloWatchdog
 
@@ -152,9 +152,15 @@ class ControlLoop:
             return
         if self._base_digest is None or self._base_digest[0] != rt.generation:
             self._base_digest = (rt.generation, base_digest({n: tp.thresholds for n, tp in rt.base.tenants.items()}))
+        policy = remembering_policy(rt.policy)
+        remembered = None if policy is None else (rt.policy.policy_id, policy.memory_document())
         try:
             self.memory.save(
-                self.state.control, self._base_digest[1], self.clock.monotonic(), self.clock.now().timestamp()
+                self.state.control,
+                self._base_digest[1],
+                self.clock.monotonic(),
+                self.clock.now().timestamp(),
+                remembered,
             )
         except OSError as exc:
             problem = f"cannot write the control memory {self.memory.path}: {exc}".splitlines()[0]

@@ -6,15 +6,17 @@ Usage: python experiments/restart_cost.py [--scenarios SPECS] [--policies SPECS]
        [--restart-every-s 600] [--traces DIR] [--out FILE.md]
 
 A restart is what a new controller process does (:meth:`env.gym_env.PDClusterEnv.restart_control`): a fresh policy,
-and the control state either read back as :meth:`policies.control.ControlState.after_restart` keeps it (``kept``) or
-started again from the base file (``lost``: a controller without ``control_memory_file``); the simulated cluster
-runs on. Each row is one scenario and policy, its priority-weighted goodput averaged over the seeds; the ratios are
-against the same seeds without restarts. Deterministic for given arguments.
+and the control state either read back as :meth:`policies.control.ControlState.after_restart` keeps it, with the
+policy's own memory handed over when it has one (:class:`policies.base.RemembersState`; ``kept``), or started again
+from the base file (``lost``: a controller without ``control_memory_file``); the simulated cluster runs on. Each row
+is one scenario and policy, its priority-weighted goodput averaged over the seeds; the ratios are against the same
+seeds without restarts. Deterministic for given arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 from collections.abc import Callable
@@ -26,6 +28,7 @@ from agents.policy_specs import make_policy
 from agents.runs import episode_env, run_episode
 from env.gym_env import ControlStep, PDClusterEnv, resolve_scenario
 from policies.base import Observation, Policy, PolicyContext
+from policies.registry import remembering_policy
 from policies.schema import ControlAction
 
 MODES = ("none", "kept", "lost")
@@ -59,7 +62,11 @@ def run(scenario_path: Path, spec: str, seed: int, mode: str, every_s: float, tr
         del step
         if mode != "none" and env.sim.now_s >= next_s:
             env.restart_control(keep_memory=mode == "kept")
-            policy.inner = policy.make()
+            old, policy.inner = policy.inner, policy.make()
+            before, after = remembering_policy(old), remembering_policy(policy.inner)
+            if mode == "kept" and before is not None and after is not None:
+                # through JSON, as the controller's memory file carries it; no time passes in a simulated restart
+                after.restore_memory(json.loads(json.dumps(before.memory_document())), 0.0)
             next_s += every_s
             restarts += 1
 

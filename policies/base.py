@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from policies.features import Observation, ObservationContext
 from policies.schema import ControlAction, PoolTargets, RoutingThresholds, Tenant, TenantGroup
@@ -88,4 +88,25 @@ class Policy(Protocol):
 
     def decide(self, observation: Observation, context: PolicyContext) -> ControlAction:
         """Decide thresholds and pool targets for the next interval (pure, deterministic)."""
+        ...
+
+
+@runtime_checkable
+class RemembersState(Protocol):
+    """A policy whose decisions depend on what it remembered over earlier ticks, and that can hand it over.
+
+    A restarted controller keeps this memory in its control memory file (``controller.control_memory``) and gives
+    it back to the new process's policy of the same ``policy_id``, so the restart does not change what it decides.
+    """
+
+    def memory_document(self) -> dict[str, Any]:
+        """The memory as JSON values; its times are on the control clock (``PolicyContext.now_s``)."""
+        ...
+
+    def restore_memory(self, document: Mapping[str, Any], shift_s: float) -> None:
+        """Take over ``document`` (from :meth:`memory_document`), its times moved by ``shift_s`` onto this clock.
+
+        Raises:
+            ValueError: the document is malformed or from another policy (one line naming the field).
+        """
         ...

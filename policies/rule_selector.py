@@ -47,7 +47,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -67,6 +67,15 @@ from policies.learned import (
 from policies.objectives_met import group_met_objectives
 from policies.pool_clamp import MoveClock, pools_running
 from policies.schema import SCHEMA_VERSION, ControlAction, PoolTargets, RoutingThresholds
+from policies.selector_memory import (
+    decode_group,
+    decode_mapping,
+    decode_pools,
+    decode_split,
+    encode_group,
+    encode_split,
+    read_pair,
+)
 from policies.set_features import (
     SET_GROUP_FEATURES,
     SET_TENANT_FEATURES,
@@ -485,6 +494,37 @@ class TransferMemory:
         )
         return SetObservation(groups, tenants, rows.tenant_group)
 
+    def entries(self) -> list[list[Any]]:
+        """What it remembers, as ``[kind, name, feature index, value, seen at (s)]`` rows (JSON values)."""
+        return [[kind, name, index, value, at_s] for (kind, name, index), (value, at_s) in sorted(self._seen.items())]
+
+    def restored(self, rows: object, shift_s: float) -> dict[tuple[str, str, int], tuple[float, float]]:
+        """The memory :meth:`entries` wrote, its times moved by ``shift_s`` (to assign with :meth:`take`).
+
+        Raises:
+            ValueError: one line naming the field.
+        """
+        if not isinstance(rows, list):
+            raise ValueError("transfer: expected a list")
+        seen: dict[tuple[str, str, int], tuple[float, float]] = {}
+        for row in rows:
+            if (
+                not isinstance(row, list)
+                or len(row) != 5
+                or row[0] not in ("group", "tenant")
+                or not isinstance(row[1], str)
+                or isinstance(row[2], bool)
+                or not isinstance(row[2], int)
+            ):
+                raise ValueError(f"transfer: expected [group|tenant, name, index, value, seen at], got {row!r}")
+            value, at_s = read_pair(row[3:], f"transfer.{row[1]}")
+            seen[(row[0], row[1], row[2])] = (value, at_s + shift_s)
+        return seen
+
+    def take(self, seen: dict[tuple[str, str, int], tuple[float, float]]) -> None:
+        """Remember ``seen`` (from :meth:`restored`) instead of what it remembered."""
+        self._seen = seen
+
     def _fill(
         self, key: tuple[str, str], row: tuple[float | None, ...], indices: tuple[int, ...], now_s: float
     ) -> tuple[float | None, ...]:
@@ -585,6 +625,47 @@ class RuleSelector:
                 f"{network.num_members}"
             )
         return cls(manifest=manifest, network=network, source=str(root))
+
+    def memory_document(self) -> dict[str, Any]:
+        """What the selector remembers between ticks (:class:`~policies.base.RemembersState`).
+
+        The document's fields: :mod:`policies.selector_memory`.
+        """
+        rules = self.manifest.rules
+        return {
+            "rules": list(rules),
+            "groups": {name: encode_group(state, rules) for name, state in sorted(self._groups.items())},
+            "splits": {name: encode_split(split) for name, split in sorted(self._splits.items())},
+            "asked": {name: [p.num_prefill, p.num_decode] for name, p in sorted(self._asked.items())},
+            "transfer": self._memory.entries(),
+        }
+
+    def restore_memory(self, document: Mapping[str, Any], shift_s: float) -> None:
+        """Take over a :meth:`memory_document`, its times moved by ``shift_s``; all of it or, on error, nothing.
+
+        Raises:
+            ValueError: the document is malformed or from a selector over other rules (one line naming the field).
+        """
+        rules = self.manifest.rules
+        doc = decode_mapping(document, "(selector memory)")
+        if doc.get("rules") != list(rules):
+            raise ValueError(f"rules: {doc.get('rules')!r}, this selector's are {list(rules)!r}")
+        window = self.manifest.trial_check_windows
+        groups = {
+            name: decode_group(
+                value, f"groups.{name}", rules, _GroupState(outcomes=deque(maxlen=window)), shift_s, window
+            )
+            for name, value in decode_mapping(doc.get("groups"), "groups").items()
+        }
+        splits = {
+            name: decode_split(v, f"splits.{name}") for name, v in decode_mapping(doc.get("splits"), "splits").items()
+        }
+        asked = {
+            name: decode_pools(v, f"asked.{name}") for name, v in decode_mapping(doc.get("asked"), "asked").items()
+        }
+        seen = self._memory.restored(doc.get("transfer"), shift_s)
+        self._groups, self._splits, self._asked = groups, splits, asked
+        self._memory.take(seen)
 
     def chosen_rules(self) -> dict[str, str]:
         """The rule each group is run by now (groups seen so far)."""

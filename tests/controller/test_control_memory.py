@@ -4,8 +4,11 @@ refusals, and restarts that would have undone the policy's thresholds or given b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -35,6 +38,7 @@ from controller.telemetry import Telemetry
 from policies.base import Observation, PolicyContext
 from policies.control import ControlState
 from policies.guard import GroupGuardState, GuardState, ThresholdMove
+from policies.registry import inner_rule_selector
 from policies.schema import (
     ControlAction,
     FallbackAction,
@@ -77,17 +81,18 @@ GAP_S = 30.0
 def test_a_round_trip_keeps_what_a_restart_keeps_and_moves_every_time_onto_the_new_clock() -> None:
     doc = encode_control_memory(STATE, DIGEST, now_s=1000.0, wall_s=5000.0)
     assert doc["guard"]["groups"]["g"]["last_change_at"] == 4900.0
-    same_clock, kept = decode_control_memory(json.loads(json.dumps(doc)), "m.json", BASE, 1000.0, 5000.0, GAP_S)
-    assert kept
+    read = decode_control_memory(json.loads(json.dumps(doc)), "m.json", BASE, 1000.0, 5000.0, GAP_S)
+    assert read.thresholds_kept
+    same_clock = read.state
     assert same_clock == STATE.after_restart(keep_streaks=True), "exactly what ControlState.after_restart keeps"
     assert same_clock.policy_thresholds["rag"] == MOVED, "every field, enums, sets and buckets included"
     # A new process: its monotonic clock starts near 0, and 100 s of wall time have passed.
-    moved, _ = decode_control_memory(doc, "m.json", BASE, now_s=10.0, wall_s=5100.0, max_gap_s=GAP_S)
+    moved = decode_control_memory(doc, "m.json", BASE, now_s=10.0, wall_s=5100.0, max_gap_s=GAP_S).state
     shift = 10.0 - 1000.0 - 100.0
     assert moved.guard.groups["g"] == GroupGuardState(900.0 + shift, last_move=(1, -1), last_move_policy_id="p"), (
         "written 100 s ago, more than the staleness limit: the hysteresis streak starts again"
     )
-    quick, _ = decode_control_memory(doc, "m.json", BASE, now_s=10.0, wall_s=5020.0, max_gap_s=GAP_S)
+    quick = decode_control_memory(doc, "m.json", BASE, now_s=10.0, wall_s=5020.0, max_gap_s=GAP_S).state
     assert quick.guard.groups["g"].streak_ticks == 1, "a quick restart continues the streak"
     assert quick.guard.groups["g"].streak_direction == (1, -1)
     assert moved.guard.tenants == {"rag": 950.0 + shift}
@@ -97,15 +102,16 @@ def test_a_round_trip_keeps_what_a_restart_keeps_and_moves_every_time_onto_the_n
 def test_under_a_changed_base_file_the_thresholds_restart_from_it_and_the_guard_is_kept() -> None:
     doc = encode_control_memory(STATE, DIGEST, now_s=1000.0, wall_s=5000.0)
     new_base = {**BASE, "chat": RoutingThresholds(min_remote_input_tokens=8192)}
-    state, kept = decode_control_memory(doc, "m.json", new_base, 1000.0, 5000.0, GAP_S)
-    assert not kept
+    read = decode_control_memory(doc, "m.json", new_base, 1000.0, 5000.0, GAP_S)
+    assert not read.thresholds_kept
+    state = read.state
     assert state.policy_thresholds == new_base
     assert state.guard == GUARD
 
 
 def test_a_time_in_the_future_is_read_as_now() -> None:
     doc = encode_control_memory(STATE, DIGEST, now_s=1000.0, wall_s=5000.0)
-    back, _ = decode_control_memory(doc, "m.json", BASE, 3.0, 4000.0, GAP_S)  # the wall clock went back
+    back = decode_control_memory(doc, "m.json", BASE, 3.0, 4000.0, GAP_S).state  # the wall clock went back
     assert back.guard.groups["g"].last_change_s == 3.0
     assert back.guard.tenants["rag"] == 3.0
 
@@ -167,8 +173,10 @@ def test_the_file_is_written_atomically_and_only_when_what_it_keeps_changed(tmp_
     assert [p.name for p in memory.path.parent.iterdir()] == ["m.json"], "no temporary file left"
     read = ControlMemoryFile(memory.path).load(BASE, 1003.0, 5003.0, GAP_S)
     assert read is not None
-    assert read[0].policy_thresholds == BASE
-    assert read[0].published is None, "a restart publishes the whole table (the router actuator skips it if in force)"
+    assert read.state.policy_thresholds == BASE
+    assert read.state.published is None, (
+        "a restart publishes the whole table (the router actuator skips it if in force)"
+    )
     memory.path.write_text("{not json")
     with pytest.raises(ControlMemoryError, match=r"m\.json: not JSON"):
         ControlMemoryFile(memory.path).load(BASE, 0.0, 0.0, GAP_S)
@@ -238,7 +246,7 @@ def restart(tmp_path: Path, clock: VirtualClock, after_s: float, *, keep: bool, 
     base = {n: tp.thresholds for n, tp in loop.runtime.base.tenants.items()}
     read = memory.load(base, loop.clock.monotonic(), loop.clock.now().timestamp(), GAP_S)
     if keep and read is not None:
-        loop.restore(read[0])
+        loop.restore(read.state)
     return loop
 
 
@@ -285,6 +293,21 @@ async def test_a_restarted_controller_keeps_the_thresholds_in_force(tmp_path: Pa
     assert reset.record["plan"]["thresholds"]["rag"]["min_remote_input_tokens"] == 3072, "from the base file again"
 
 
+@contextlib.asynccontextmanager
+async def first_tick(daemon: Daemon) -> AsyncIterator[None]:
+    """Run ``daemon`` until its first tick is done, then stop it when the block ends."""
+    task = asyncio.create_task(daemon.run(install_signals=False))
+    try:
+        for _ in range(200):
+            if daemon.loop.state.ticks >= 1:
+                break
+            await asyncio.sleep(0.01)
+        yield
+    finally:
+        daemon.signals.stop.set()
+        await asyncio.wait_for(task, 15.0)
+
+
 async def test_the_daemon_reads_the_memory_back_at_start(tmp_path: Path) -> None:
     memory_path = tmp_path / "memory.json"
     path = write_config(tmp_path, control_memory_file=str(memory_path))
@@ -296,19 +319,11 @@ async def test_the_daemon_reads_the_memory_back_at_start(tmp_path: Path) -> None
     tenant = next(iter(base))
     state = ControlState({tenant: replace(base[tenant], rule=RouteRule.DYNAMO_LEGACY)}, None, GUARD)
     ControlMemoryFile(memory_path).save(state, base_digest(base), 1000.0, clock.now().timestamp() - 50.0)
-    task = asyncio.create_task(daemon.run(install_signals=False))
-    try:
-        for _ in range(200):
-            if daemon.loop.state.ticks >= 1:
-                break
-            await asyncio.sleep(0.01)
+    async with first_tick(daemon):
         control = daemon.loop.state.control
         assert control.guard.groups["g"].last_move == (1, -1)
         assert control.guard.groups["g"].last_change_s == pytest.approx(-150.0), "written 50 s ago, 100 s older"
         assert control.policy_thresholds[tenant].rule is RouteRule.DYNAMO_LEGACY
-    finally:
-        daemon.signals.stop.set()
-        await asyncio.wait_for(task, 15.0)
 
 
 async def test_a_malformed_memory_stops_the_daemon_at_start_with_one_line(tmp_path: Path) -> None:
@@ -339,3 +354,44 @@ def test_a_controller_process_keeps_its_memory_beside_its_lease_and_refuses_a_ma
     assert refused.stderr.strip().splitlines() == [
         f"{memory_path}: version: expected 1, got 7 (written by another build?)"
     ]
+
+
+def test_the_policy_memory_goes_with_the_file_and_moves_onto_the_new_clock() -> None:
+    memory = {"rules": ["dynamo-legacy"], "groups": {}}
+    doc = encode_control_memory(STATE, DIGEST, 1000.0, 5000.0, ("learned:x", memory))
+    read = decode_control_memory(
+        json.loads(json.dumps(doc)), "m.json", BASE, now_s=10.0, wall_s=5100.0, max_gap_s=GAP_S
+    )
+    assert read.policy_id == "learned:x"
+    assert read.policy_memory == memory
+    assert read.policy_shift_s == pytest.approx(10.0 - 100.0 - 1000.0), "the writer's 1000 s is this clock's -1090 s"
+    doc["policy"]["clock_s"] = "x"
+    with pytest.raises(ControlMemoryError, match=r"m\.json: policy\.clock_s: expected seconds"):
+        decode_control_memory(doc, "m.json", BASE, now_s=10.0, wall_s=5100.0, max_gap_s=GAP_S)
+
+
+async def test_a_restarted_daemon_gives_the_learned_selector_its_memory_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    memory_path = tmp_path / "memory.json"
+    config = make_config(tmp_path, policy="learned:default", control_memory_file=str(memory_path))
+    first = new_loop(config, VirtualClock())
+    first.memory = ControlMemoryFile(memory_path)
+    await first.tick()
+    written = json.loads(memory_path.read_text())
+    assert written["policy"]["policy_id"] == first.runtime.policy.policy_id
+    assert written["policy"]["memory"]["groups"]["g"]["rule"] == "dynamo-legacy"
+    path = tmp_path / "controller.yaml"
+    path.write_text(yaml.safe_dump(config.model_dump(mode="json")))
+    daemon = Daemon(path, VirtualClock(), allow_virtual_clock=True)
+    selector = inner_rule_selector(daemon.loop.runtime.policy)
+    assert selector is not None
+    assert selector.chosen_rules() == {}
+    caplog.set_level(logging.INFO, logger="pdctl.controller")
+    async with first_tick(daemon):
+        assert f"the memory of {first.runtime.policy.policy_id}" in caplog.text
+    written["policy"]["memory"]["groups"]["g"]["rule"] = "fastest"
+    memory_path.write_text(json.dumps(written))
+    refused = Daemon(path, VirtualClock(), allow_virtual_clock=True)
+    with pytest.raises(ControlMemoryError, match=r"memory\.json: policy\.memory\.groups\.g\.rule: 'fastest'"):
+        await refused.run(install_signals=False)

@@ -3,8 +3,9 @@ changes nothing; without it, every restart undoes the policy's thresholds.
 
 One simulated day of the soak's scenario (``tests/soak/test_week_soak.py``: diurnal chat and RAG, a batch surge,
 2 % KV transfer failures), the controller restarted every 10 minutes (143 restarts): a fresh policy each time, and
-the control state either kept as :meth:`policies.control.ControlState.after_restart` says (what
-``controller/control_memory.py`` reads back) or started again from the base file (a controller without the file).
+the control state either kept as :meth:`policies.control.ControlState.after_restart` says and the policy's own memory
+handed over (what ``controller/control_memory.py`` reads back) or started again from the base file (a controller
+without the file).
 Measured when written: ``baseline:queue_kv`` 228 threshold reversals and ``learned:default`` 384 without the
 memory, 0 and 0 with it (as without restarts), with the same pool changes and goodput; the figures are what
 ``controller/README.md`` quotes.
@@ -50,15 +51,21 @@ def test_a_restart_that_keeps_the_control_state_changes_nothing(spec: str, rever
     assert runs["lost"]["threshold_reversals"] == reversals_lost, "without it every restart undoes the thresholds"
 
 
-def test_the_restart_cost_script_runs_a_restart_as_the_env_does() -> None:
-    """``experiments/restart_cost.py`` (the goodput tables of ``experiments/results/restarts/``): with the memory a
-    2-minute crash loop leaves ``queue_kv`` on short-flood-8 where it was; without it, it does not."""
+@pytest.mark.parametrize(
+    ("spec", "scenario"), [("baseline:queue_kv", "short-flood-8"), ("learned:default", "network-incident-8")]
+)
+def test_the_restart_cost_script_runs_a_restart_as_the_controller_does(spec: str, scenario: str) -> None:
+    """``experiments/restart_cost.py``, the goodput tables of ``experiments/results/restarts/``.
+
+    With the memory a 2-minute crash loop leaves the run where it was; without it, it does not. ``queue_kv`` needs
+    the guard's streaks kept, the selector its own memory handed over.
+    """
     script = load_script(REPO / "experiments" / "restart_cost.py", "restart_cost")
-    path = REPO / "experiments" / "scenarios" / "short-flood-8.yaml"
+    path = REPO / "experiments" / "scenarios" / f"{scenario}.yaml"
     traces = Path(os.environ.get("PDCTL_TRACES", "data/traces"))
-    none, _ = script.run(path, "baseline:queue_kv", 1000, "none", 120.0, traces)
-    kept, restarts = script.run(path, "baseline:queue_kv", 1000, "kept", 120.0, traces)
-    lost, _ = script.run(path, "baseline:queue_kv", 1000, "lost", 120.0, traces)
+    none, _ = script.run(path, spec, 1000, "none", 120.0, traces)
+    kept, restarts = script.run(path, spec, 1000, "kept", 120.0, traces)
+    lost, _ = script.run(path, spec, 1000, "lost", 120.0, traces)
     assert restarts >= 5
     assert kept == none
     assert lost != none

@@ -37,6 +37,7 @@ from env.gym_env import PDClusterEnv
 from env.scenario import load_scenario
 from policies.baselines import BASELINES
 from policies.guard import ORDERED_THRESHOLD_FIELDS, GuardLimits
+from policies.registry import remembering_policy
 from policies.schema import RoutingThresholds
 from tests.soak.test_week_soak import DAY_S, DAYS, FLAP_WINDOW_S, REPO, RESULTS, week_scenario
 
@@ -80,7 +81,8 @@ def soak(
     """Run ``spec`` through the week under ``limits``; the flapping figures and the weighted goodput.
 
     ``restart_every_s`` > 0 restarts the controller that often (a fresh policy, and the control state kept as the
-    controller's memory file keeps it, or forgotten: :meth:`env.gym_env.PDClusterEnv.restart_control`).
+    controller's memory file keeps it, the policy's own memory handed over, or both forgotten:
+    :meth:`env.gym_env.PDClusterEnv.restart_control`).
     """
     scenario = load_scenario(scenario_path)
     env = PDClusterEnv(scenario, guard_limits=limits)
@@ -96,7 +98,10 @@ def soak(
         now_s = env.sim.now_s
         if restart_every_s > 0 and now_s >= next_restart_s:
             env.restart_control(keep_memory=keep_memory)
-            policy = make_policy(spec, env.scenario)
+            old, policy = policy, make_policy(spec, env.scenario)
+            before, after = remembering_policy(old), remembering_policy(policy)
+            if keep_memory and before is not None and after is not None:
+                after.restore_memory(json.loads(json.dumps(before.memory_document())), 0.0)
             next_restart_s += restart_every_s
             restarts += 1
         before = env.current_pools()
