@@ -70,6 +70,7 @@ __all__ = [
     "control_memory_path",
     "decode_control_memory",
     "encode_control_memory",
+    "encode_thresholds",
 ]
 
 FORMAT = "pdctl-control-memory"
@@ -109,7 +110,7 @@ def _threshold_value(value: object) -> object:
 
 
 def encode_thresholds(thresholds: RoutingThresholds) -> dict[str, Any]:
-    """Every field of ``thresholds`` as JSON values (exact: :func:`decode_thresholds` gives ``thresholds`` back)."""
+    """Every field of ``thresholds`` as JSON values (exact: reading the file gives ``thresholds`` back)."""
     return {name: _threshold_value(getattr(thresholds, name)) for name in _THRESHOLD_FIELDS}
 
 

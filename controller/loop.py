@@ -138,9 +138,25 @@ class ControlLoop:
         self.state.topology = (
             runtime.topology if runtime.config.instances != old.config.instances else self.state.topology
         )
+        self._hand_over_memory(old, runtime)
         self.telemetry.set_policy(runtime.policy.policy_id, runtime.generation, runtime.config.mode)
         async with self._lock:
             await old.close()
+
+    @staticmethod
+    def _hand_over_memory(old: Runtime, new: Runtime) -> None:
+        """Give the new generation's policy the old one's memory when it is the same policy.
+
+        A reload rebuilds every object, and a rule selector would otherwise start its choice afresh; a new policy
+        (another ``policy_id``) starts with none.
+        """
+        before, after = remembering_policy(old.policy), remembering_policy(new.policy)
+        if before is None or after is None or old.policy.policy_id != new.policy.policy_id:
+            return
+        try:
+            after.restore_memory(before.memory_document(), 0.0)
+        except ValueError as exc:  # pragma: no cover - a policy's own document always reads back
+            _log.error("reload: the policy's memory was not handed over: %s", exc)
 
     def restore(self, state: ControlState) -> None:
         """Start from ``state`` (read back from :attr:`memory` at the daemon's start)."""

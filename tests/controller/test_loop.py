@@ -24,6 +24,7 @@ from controller.sources.base import Query, Readout, Row, SourceUnavailableError,
 from controller.sources.source import MetricSource
 from controller.sources.window import WindowBuilder, WindowQueries
 from controller.telemetry import Telemetry
+from policies.registry import remembering_policy
 from policies.schema import PoolTargets
 
 POLICY = """
@@ -286,6 +287,25 @@ async def test_swap_keeps_the_policy_state_unless_the_base_file_changed(tmp_path
     await loop.swap(changed)
     assert loop.state.policy_thresholds["rag"].min_remote_input_tokens == 5000
     assert loop.state.published is None
+
+
+async def test_a_reload_hands_the_rule_selector_its_memory_unless_the_policy_changed(tmp_path: Path) -> None:
+    loop, _, _ = make_loop(tmp_path, FakeReader(surge()), policy="learned:default")
+    await loop.tick()
+    before = remembering_policy(loop.runtime.policy)
+    assert before is not None
+    remembered = before.memory_document()
+    assert remembered["groups"], "the first tick gave the selector something to remember"
+    await loop.swap(make_runtime(make_config(tmp_path, policy="learned:default"), FakeReader(surge()), generation=2))
+    after = remembering_policy(loop.runtime.policy)
+    assert after is not None
+    assert after is not before
+    assert after.memory_document() == remembered
+    other = make_runtime(make_config(tmp_path, policy="learned:admission"), FakeReader(surge()), generation=3)
+    await loop.swap(other)
+    fresh = remembering_policy(loop.runtime.policy)
+    assert fresh is not None
+    assert fresh.memory_document()["groups"] == {}, "another policy starts with no memory"
 
 
 async def test_watchdog_hands_control_to_the_policy_file_while_objectives_are_missed(tmp_path: Path) -> None:
