@@ -183,10 +183,12 @@ class ControlLoop:
             if problem != self._memory_error:
                 _log.error("%s (kept in the process; a restart would forget it)", problem)
             self._memory_error = problem
+            self.telemetry.control_memory_unwritten.set(1)
             return
         if self._memory_error is not None:
             _log.info("control memory %s written again", self.memory.path)
         self._memory_error = None
+        self.telemetry.control_memory_unwritten.set(0)
 
     @property
     def healthy_age_s(self) -> float | None:

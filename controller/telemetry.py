@@ -86,6 +86,11 @@ class Telemetry:
             registry=registry,
         )
         self.reloads = Counter(p + "config_reloads_total", "Config reloads by result.", ["result"], registry=registry)
+        self.control_memory_unwritten = Gauge(
+            p + "control_memory_unwritten",
+            "1 while the control memory file cannot be written (a restart would forget the thresholds and holds).",
+            registry=registry,
+        )
 
     def set_policy(self, policy_id: str, generation: int, mode: str) -> None:
         """Replace the policy info series."""

@@ -395,3 +395,25 @@ async def test_a_restarted_daemon_gives_the_learned_selector_its_memory_back(
     refused = Daemon(path, VirtualClock(), allow_virtual_clock=True)
     with pytest.raises(ControlMemoryError, match=r"memory\.json: policy\.memory\.groups\.g\.rule: 'fastest'"):
         await refused.run(install_signals=False)
+
+
+async def test_a_memory_that_cannot_be_written_is_logged_once_and_shown_until_it_is_written_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the memory's folder should be")
+    config = make_config(tmp_path)
+    loop = new_loop(config, VirtualClock(), Scripted([PoolTargets(2, 1), PoolTargets(2, 1), PoolTargets(1, 2)]))
+    loop.memory = ControlMemoryFile(blocked / "memory.json")
+    caplog.set_level(logging.INFO, logger="pdctl.controller.ticks")
+    await loop.tick()
+    await loop.tick()
+    gauge = "pdctl_controller_control_memory_unwritten"
+    assert loop.telemetry.registry.get_sample_value(gauge) == 1
+    assert caplog.text.count("cannot write the control memory") == 1, "logged once, not at every tick"
+    blocked.unlink()
+    assert isinstance(loop.clock, VirtualClock)
+    await loop.clock.advance(700.0)
+    await loop.tick()
+    assert loop.telemetry.registry.get_sample_value(gauge) == 0
+    assert (blocked / "memory.json").is_file()
