@@ -35,7 +35,7 @@ from controller.sources.base import Topology
 from controller.telemetry import Telemetry
 from policies.control import ControlEffects, ControlInputs, ControlState, control_step
 from policies.guard import Clamp
-from policies.registry import fitted_admission_slack, remembering_policy
+from policies.registry import fitted_admission_slack, hand_over_memory, remembering_policy
 from policies.schema import ControlAction, MetricWindow, PoolTargets, RoutingThresholds
 from policies.watchdog import SloWatchdog
 
@@ -150,11 +150,8 @@ class ControlLoop:
         A reload rebuilds every object, and a rule selector would otherwise start its choice afresh; a new policy
         (another ``policy_id``) starts with none.
         """
-        before, after = remembering_policy(old.policy), remembering_policy(new.policy)
-        if before is None or after is None or old.policy.policy_id != new.policy.policy_id:
-            return
         try:
-            after.restore_memory(before.memory_document(), 0.0)
+            hand_over_memory(old.policy, new.policy)
         except ValueError as exc:  # pragma: no cover - a policy's own document always reads back
             _log.error("reload: the policy's memory was not handed over: %s", exc)
 

@@ -360,8 +360,10 @@ class PDClusterEnv(gym.Env[np.ndarray, np.ndarray]):
         """
         if self._sim is None:
             raise RuntimeError("call reset() before restart_control()")
-        restarted = self._control.after_restart(keep_streaks=True)  # a restart in simulated time takes no time
-        self._control = restarted if keep_memory else ControlState.start(self.base_thresholds)
+        if keep_memory:
+            self._control = self._control.after_restart(keep_streaks=True)  # a simulated restart takes no time
+        else:
+            self._control = ControlState.start(self.base_thresholds)
 
     def control(self, decide: ControlAction | Policy) -> ControlStep:
         """One control interval: the shared :func:`~policies.control.control_step`, carried out on the simulator.

@@ -16,7 +16,6 @@ seeds without restarts. Deterministic for given arguments.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from agents.policy_specs import make_policy
 from agents.runs import episode_env, run_episode
 from env.gym_env import ControlStep, PDClusterEnv, resolve_scenario
 from policies.base import Observation, Policy, PolicyContext
-from policies.registry import remembering_policy
+from policies.registry import hand_over_memory
 from policies.schema import ControlAction
 
 MODES = ("none", "kept", "lost")
@@ -63,10 +62,8 @@ def run(scenario_path: Path, spec: str, seed: int, mode: str, every_s: float, tr
         if mode != "none" and env.sim.now_s >= next_s:
             env.restart_control(keep_memory=mode == "kept")
             old, policy.inner = policy.inner, policy.make()
-            before, after = remembering_policy(old), remembering_policy(policy.inner)
-            if mode == "kept" and before is not None and after is not None:
-                # through JSON, as the controller's memory file carries it; no time passes in a simulated restart
-                after.restore_memory(json.loads(json.dumps(before.memory_document())), 0.0)
+            if mode == "kept":
+                hand_over_memory(old, policy.inner)
             next_s += every_s
             restarts += 1
 

@@ -31,6 +31,7 @@ which need a simulator and so never reach the controller); a kind nobody registe
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -341,6 +342,22 @@ def remembering_policy(policy: Policy) -> RemembersState | None:
     watchdog's record, which starts again.
     """
     return next((layer for layer in _layers(policy) if isinstance(layer, RemembersState)), None)
+
+
+def hand_over_memory(old: Policy, new: Policy) -> bool:
+    """Give ``new`` the memory of ``old`` when both are the same policy that remembers; whether it did.
+
+    The memory passes through JSON, as it does through a restarted controller's memory file
+    (``controller.control_memory``), with no time between them (a reload, or a restart in simulated time).
+
+    Raises:
+        ValueError: the memory does not read back (one line naming the field).
+    """
+    before, after = remembering_policy(old), remembering_policy(new)
+    if before is None or after is None or old.policy_id != new.policy_id:
+        return False
+    after.restore_memory(json.loads(json.dumps(before.memory_document())), 0.0)
+    return True
 
 
 def fitted_admission_slack(policy: Policy) -> float | None:

@@ -37,7 +37,7 @@ from env.gym_env import PDClusterEnv
 from env.scenario import load_scenario
 from policies.baselines import BASELINES
 from policies.guard import ORDERED_THRESHOLD_FIELDS, GuardLimits
-from policies.registry import remembering_policy
+from policies.registry import hand_over_memory
 from policies.schema import RoutingThresholds
 from tests.soak.test_week_soak import DAY_S, DAYS, FLAP_WINDOW_S, REPO, RESULTS, week_scenario
 
@@ -99,9 +99,8 @@ def soak(
         if restart_every_s > 0 and now_s >= next_restart_s:
             env.restart_control(keep_memory=keep_memory)
             old, policy = policy, make_policy(spec, env.scenario)
-            before, after = remembering_policy(old), remembering_policy(policy)
-            if keep_memory and before is not None and after is not None:
-                after.restore_memory(json.loads(json.dumps(before.memory_document())), 0.0)
+            if keep_memory:
+                hand_over_memory(old, policy)
             next_restart_s += restart_every_s
             restarts += 1
         before = env.current_pools()
