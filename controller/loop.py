@@ -7,6 +7,11 @@ active overrides win for the tenants they name, work out the pool changes and th
 to every actuator. A decision computed while the configuration was swapped (a newer generation exists when it
 is ready) is dropped. One JSON line is logged per tick and the same record is appended to the audit log.
 
+A router found running another policy than the one last published to it (it restarted onto its own policy file,
+or another writer changed it: :attr:`RouterActuator.policy_drift`) makes an active tick publish the whole table
+again, as after a controller restart; otherwise a router restarted under a steady controller would run its file's
+thresholds until the policy next changed one.
+
 Advisory mode runs the same pipeline, guard state included, so its log shows what active mode would do and
 at the same cadence (hysteresis, cooldown); it never calls an actuator, and the published thresholds and the
 policy's view of them stay as they were.
@@ -87,6 +92,8 @@ class _LoopState:
     """Set by a tick whose policy raised; cleared by the first tick the policy (not a fallback) decides again."""
     admission_mismatch: str | None = None
     """Why the router's admission stage does not suit the policy (:func:`admission_mismatch`); ``None``: it does."""
+    policy_drift: tuple[str, ...] = ()
+    """This tick's routers running another policy than the one last published to them (one line each)."""
 
     @property
     def policy_thresholds(self) -> Mapping[str, RoutingThresholds]:
@@ -289,6 +296,19 @@ class ControlLoop:
         self.state.admission_mismatch = problem
         self.telemetry.admission_mismatch.set(0 if problem is None else 1)
 
+    def _check_policy_drift(self, rt: Runtime) -> None:
+        """Publish the whole table again when a router runs another policy than the one last published to it."""
+        drifts = tuple(
+            a.policy_drift for a in rt.actuators if isinstance(a, RouterActuator) and a.policy_drift is not None
+        )
+        self.state.policy_drift = drifts
+        if not drifts or rt.config.mode != "active" or self.state.control.published is None:
+            return
+        for drift in drifts:
+            _log.warning("%s; publishing the policy's whole table again", drift)
+            self.telemetry.policy_drifts.inc()
+        self.state.control = replace(self.state.control, published=None)
+
     async def _tick(self) -> TickRecord:
         rt = self.runtime
         generation = rt.generation
@@ -296,6 +316,7 @@ class ControlLoop:
         await self._refresh_registry_policy(rt)
         self.state.actuators_ready = await self._observe_topology(rt)
         self._check_admission(rt)
+        self._check_policy_drift(rt)
         topology = self.state.topology
         polled = self.watcher.poll(rt.base, generation, self.clock.now())
         observed = await rt.source.observe(
@@ -337,6 +358,8 @@ class ControlLoop:
             record = {**record, "policy_error": policy_error}
         if self.state.admission_mismatch is not None:
             record = {**record, "admission_mismatch": self.state.admission_mismatch}
+        if self.state.policy_drift:
+            record = {**record, "policy_drift": list(self.state.policy_drift)}
         self._emit(record)
         return TickRecord(record, window, effects.action, plan, results)
 

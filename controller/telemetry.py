@@ -85,6 +85,12 @@ class Telemetry:
             "Ticks on which the policy (or the SLO watchdog's primary) raised; the tick held or the fallback decided.",
             registry=registry,
         )
+        self.policy_drifts = Counter(
+            p + "router_policy_drifts_total",
+            "Ticks that found a router running another policy than the one last published to it (a restarted "
+            "router, or another writer); the whole table is published again.",
+            registry=registry,
+        )
         self.reloads = Counter(p + "config_reloads_total", "Config reloads by result.", ["result"], registry=registry)
         self.control_memory_unwritten = Gauge(
             p + "control_memory_unwritten",

@@ -12,6 +12,11 @@ the next tick starts from a fresh reading.
 A policy document that puts in force the policy the router last reported (``GET /admin/state``, read every
 tick) is not sent again: after an unknown outcome the next publication happens only if the state read back
 shows it did not take effect, and a restarted controller does not bump the router's generation for nothing.
+
+A router that runs another policy than the one this actuator last put in force there (it restarted and loaded
+its own policy file, or someone else wrote to it) has drifted: :attr:`RouterActuator.policy_drift` says so after
+the tick's reading, and the control loop then publishes its whole table again (the policy is the controller's to
+set; an operator's hand goes through override files or the router's rollback, which a drift leaves alone).
 Both documents are compared as the router runs them, resolved into typed per-tenant policies
 (:class:`policies.policy_file.ResolvedPolicy`: thresholds, SLOs, groups, attribution, expiry): key order,
 ``300`` or ``300.0``, defaults written out or left to inherit do not count, nor does the free-text
@@ -156,6 +161,11 @@ class RouterActuator:
         self._live_policy: ResolvedPolicy | None = None
         self._live_generation: int | None = None
         self._live_roles_generation: int | None = None
+        self._put_in_force: ResolvedPolicy | None = None
+        self._put_generation: int | None = None
+        self.policy_drift: str | None = None
+        """Set by :meth:`observe` when the router runs another policy than the one this actuator last put in force
+        (a one-line description; ``None``: it runs that policy, nothing was put yet, or the state was not read)."""
         self._rollback_seen: object = None
         self.admission: AdmissionReading | None = None
         """The router's admission slack as last read (``None``: not read yet, or the router does not report it)."""
@@ -173,6 +183,7 @@ class RouterActuator:
     async def observe(self, topology: Topology) -> Topology | None:
         """Roles and pending roles from ``GET /admin/state`` for the instances the topology knows."""
         reply = await call(self._http(), "GET", f"{self.url}/admin/state", headers=self._headers)
+        self.policy_drift = None
         if reply.outcome is not Outcome.APPLIED or not isinstance(reply.body, dict):
             self._live_policy = None  # not read this tick: publish rather than trust an older reading
             self._live_generation = None
@@ -181,6 +192,7 @@ class RouterActuator:
         self.latch.clear()
         self._live_policy = policy_in_force(reply.body.get("policy"))
         self._live_generation = _generation(reply.body)
+        self._note_drift()
         self._live_roles_generation = _generation(reply.body, "roles_generation")
         self._note_rollback(reply.body.get("rollback"))
         self.admission = AdmissionReading.of(reply.body.get("admission"))
@@ -214,6 +226,7 @@ class RouterActuator:
         planned = None if document is None else policy_in_force(document)
         if planned is not None and planned == self._live_policy:
             document = None  # already in force
+            self._put_in_force, self._put_generation = planned, self._live_generation
         if document is not None:
             if self._live_generation is None:  # compare-and-set needs the generation the router holds
                 read = await call(self._http(), "GET", f"{self.url}/admin/state", headers=self._headers)
@@ -232,6 +245,7 @@ class RouterActuator:
                 return self._failed(reply.outcome, reply.detail)
             self._live_policy = planned  # in force now, until the next reading says otherwise
             self._live_generation = _generation(reply.body)
+            self._put_in_force, self._put_generation = planned, self._live_generation
             done.append("policy")
         changes = role_changes(topology, plan.pools, self.groups)
         if changes:
@@ -247,6 +261,20 @@ class RouterActuator:
         if not done:
             return ActuationResult(self.name, Outcome.UNCHANGED, "nothing to change")
         return ActuationResult(self.name, Outcome.APPLIED, "; ".join(done))
+
+    def _note_drift(self) -> None:
+        """Compare the policy just read with the one last put in force (unreadable or never put: no drift)."""
+        if self._put_in_force is None or self._live_policy is None or self._live_policy == self._put_in_force:
+            return
+        restarted = (
+            self._live_generation is not None
+            and self._put_generation is not None
+            and self._live_generation < self._put_generation
+        )
+        self.policy_drift = (
+            f"router {self.url} runs another policy (generation {self._live_generation}) than the one published at "
+            f"generation {self._put_generation}" + (" (it restarted)" if restarted else " (another writer)")
+        )
 
     def _note_rollback(self, rollback: object) -> None:
         """Log once per change an operator's rollback on the router (``/admin/rollback``): it wins over our writes."""

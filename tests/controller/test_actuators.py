@@ -215,6 +215,80 @@ async def test_router_actuator_does_not_trust_a_reading_older_than_its_own_publi
         await actuator.close()
 
 
+async def test_router_actuator_reports_a_router_running_another_policy_than_it_put_in_force(
+    admin: tuple[FakeServer, dict[str, Any]],
+) -> None:
+    """A drift is a router running another policy than the one this actuator last put there: after a restart
+    (its generation back below ours) or another writer's change; never before anything was put, nor on a failed
+    reading."""
+    server, state = admin
+    actuator = RouterActuator(server.url, TOKEN, timeout_s=2.0)
+    rag = RoutingThresholds(min_remote_input_tokens=2048)
+    ours = policy_document(BASE, ControlAction(thresholds={"rag": rag}))
+    try:
+        state["policy"] = {"mode": "aggregated_only"}
+        assert await actuator.observe(TOPOLOGY) is not None
+        assert actuator.policy_drift is None, "nothing put yet: whatever runs is no drift"
+        assert (await actuator.apply(Plan(1, ours), TOPOLOGY)).outcome is Outcome.APPLIED
+        assert await actuator.observe(TOPOLOGY) is not None
+        assert actuator.policy_drift is None
+        state["generation"], state["policy"] = 0, {}  # the router restarted onto its file's (default) policy
+        assert await actuator.observe(TOPOLOGY) is not None
+        assert actuator.policy_drift == (
+            f"router {server.url} runs another policy (generation 0) than the one published at generation 2 "
+            "(it restarted)"
+        )
+        server.status = 503
+        assert await actuator.observe(TOPOLOGY) is None
+        assert actuator.policy_drift is None, "a failed reading says nothing"
+        server.status = 200
+        state["generation"], state["policy"] = 5, {"mode": "aggregated_only"}
+        assert await actuator.observe(TOPOLOGY) is not None
+        assert actuator.policy_drift is not None
+        assert actuator.policy_drift.endswith("(another writer)")
+        # Found already in force when about to send it counts as put: the same policy again is no drift.
+        state["policy"] = json.loads(json.dumps(ours))
+        assert await actuator.observe(TOPOLOGY) is not None
+        assert actuator.policy_drift is None
+    finally:
+        await actuator.close()
+
+
+async def test_the_loop_publishes_its_table_again_to_a_router_that_restarted(
+    tmp_path: Path, admin: tuple[FakeServer, dict[str, Any]]
+) -> None:
+    """Regression: a router restarted under a steady controller ran its own file's policy until the controller's
+    policy next changed a threshold, because the loop publishes only what changed since its last publication."""
+    from tests.controller.test_loop import FakeReader, make_config, make_runtime, surge
+
+    server, state = admin
+    router = {"kind": "router", "url": server.url, "token": TOKEN, "timeout_s": 2.0}
+    config = make_config(tmp_path, policy="baseline:dynamo-legacy", actuators=[router])
+    telemetry = Telemetry(CollectorRegistry())
+    loop = ControlLoop(
+        make_runtime(config, FakeReader(surge())), VirtualClock(), telemetry, AuditLog(None), OverrideWatcher(None)
+    )
+    drifts = "pdctl_controller_router_policy_drifts_total"
+    try:
+        first = await loop.tick()
+        assert first.plan.policy_document is not None
+        published = state["policy"]
+        steady = await loop.tick()
+        assert steady.plan.policy_document is None, "nothing changed: nothing published"
+        state["generation"], state["policy"] = 0, {}  # restarted onto its file's policy
+        after = await loop.tick()
+        assert after.plan.policy_document is not None, "the whole table goes out again"
+        assert state["policy"] == published
+        assert after.record["policy_drift"][0].endswith("(it restarted)")
+        assert telemetry.registry.get_sample_value(drifts) == 1.0
+        again = await loop.tick()
+        assert again.plan.policy_document is None
+        assert "policy_drift" not in again.record
+        assert telemetry.registry.get_sample_value(drifts) == 1.0
+    finally:
+        await loop.runtime.close()
+
+
 async def test_router_actuator_pending_clears_once_the_role_change_settles(
     admin: tuple[FakeServer, dict[str, Any]],
 ) -> None:

@@ -42,7 +42,7 @@ def test_promtool_check_rules(promtool: str) -> None:
         [promtool, "check", "rules", str(ALERTS / "pdctl.rules.yml")], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 11 rules found" in result.stdout + result.stderr
+    assert "SUCCESS: 12 rules found" in result.stdout + result.stderr
 
 
 def test_promtool_rule_unit_tests(promtool: str) -> None:
