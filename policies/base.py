@@ -8,7 +8,7 @@ clock; time arrives as ``context.now_s``. Whatever it returns then passes throug
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -110,3 +110,22 @@ class RemembersState(Protocol):
             ValueError: the document is malformed or from another policy (one line naming the field).
         """
         ...
+
+
+def policy_layers(policy: object) -> Iterator[object]:
+    """``policy`` and the policies it wraps, outermost first.
+
+    Through an SLO watchdog's ``primary`` (its fallback is a rule) and through any wrapper that exposes the policy it
+    delegates to as ``inner`` (relabelling, the controller's registry policy).
+    """
+    seen: object = policy
+    for _ in range(8):  # wrappers nest a few deep at most; a cycle would be a bug, not a reason to hang
+        yield seen
+        seen = getattr(seen, "primary", None) or getattr(seen, "inner", None)
+        if seen is None:
+            return
+
+
+def remembering_layer(policy: object) -> RemembersState | None:
+    """The outermost of ``policy`` and the policies it wraps (:func:`policy_layers`) that remembers between ticks."""
+    return next((layer for layer in policy_layers(policy) if isinstance(layer, RemembersState)), None)

@@ -77,6 +77,15 @@ class FallbackRecord:
     def __len__(self) -> int:
         return len(self._windows)
 
+    @property
+    def max_windows(self) -> int:
+        """How many windows the record keeps (the oldest go first)."""
+        return self._windows.maxlen or 0
+
+    def windows(self) -> list[tuple[float, float]]:
+        """The recorded (load, attainment) pairs, oldest first."""
+        return list(self._windows)
+
     def add(self, load_rps_per_instance: float, attainment_frac: float) -> None:
         """Record one window the fallback was answerable for (non-finite or negative values are ignored)."""
         if not (math.isfinite(load_rps_per_instance) and math.isfinite(attainment_frac)):

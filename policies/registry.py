@@ -32,14 +32,14 @@ which need a simulator and so never reach the controller); a kind nobody registe
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from policies import baselines as _baselines
 from policies.artifacts import load_learned
-from policies.base import Policy, PolicyContext, RemembersState
+from policies.base import Policy, PolicyContext, RemembersState, policy_layers, remembering_layer
 from policies.features import Observation, ObservationLayout
 from policies.learned import LearnedPolicy, PolicyLoadError
 from policies.policy_file import PolicyFileError, ResolvedPolicy, load_policy_file, resolve_policy
@@ -315,33 +315,19 @@ class _Labelled:
         return replace(self.inner.decide(observation, context), policy_id=self._policy_id)
 
 
-def _layers(policy: Policy) -> Iterator[object]:
-    """``policy`` and the policies it wraps, outermost first.
-
-    Through the SLO watchdog's primary (its fallback is a rule) and through any wrapper that exposes the policy it
-    delegates to as ``inner`` (relabelling, the controller's registry policy).
-    """
-    seen: object = policy
-    for _ in range(8):  # wrappers nest a few deep at most; a cycle would be a bug, not a reason to hang
-        yield seen
-        seen = seen.primary if isinstance(seen, SloWatchdog) else getattr(seen, "inner", None)
-        if seen is None:
-            return
-
-
 def inner_rule_selector(policy: Policy) -> RuleSelector | None:
-    """The rule selector ``policy`` is or wraps, ``None`` when there is none (:func:`_layers`)."""
-    return next((layer for layer in _layers(policy) if isinstance(layer, RuleSelector)), None)
+    """The rule selector ``policy`` is or wraps, ``None`` when there is none (:func:`policies.base.policy_layers`)."""
+    return next((layer for layer in policy_layers(policy) if isinstance(layer, RuleSelector)), None)
 
 
 def remembering_policy(policy: Policy) -> RemembersState | None:
     """The policy ``policy`` is or wraps that can hand its memory over (:class:`~policies.base.RemembersState`).
 
-    A restarted controller gives it back the memory its predecessor wrote (``controller.control_memory``); the
-    wrappers around it (a label, the registry policy, the SLO watchdog) remember nothing a restart changes but the
-    watchdog's record, which starts again.
+    A restarted controller gives it back the memory its predecessor wrote (``controller.control_memory``). The SLO
+    watchdog is the outermost that remembers (its record, with its primary's memory inside); a label or the registry
+    policy remembers nothing itself, and the rule selector inside it is found through them.
     """
-    return next((layer for layer in _layers(policy) if isinstance(layer, RemembersState)), None)
+    return remembering_layer(policy)
 
 
 def hand_over_memory(old: Policy, new: Policy) -> bool:

@@ -64,18 +64,11 @@ from policies.learned import (
     read_manifest,
     read_weights,
 )
+from policies.memory_codec import decode_mapping, decode_pools, read_pair
 from policies.objectives_met import group_met_objectives
 from policies.pool_clamp import MoveClock, pools_running
 from policies.schema import SCHEMA_VERSION, ControlAction, PoolTargets, RoutingThresholds
-from policies.selector_memory import (
-    decode_group,
-    decode_mapping,
-    decode_pools,
-    decode_split,
-    encode_group,
-    encode_split,
-    read_pair,
-)
+from policies.selector_memory import decode_group, decode_split, encode_group, encode_split
 from policies.set_features import (
     SET_GROUP_FEATURES,
     SET_TENANT_FEATURES,

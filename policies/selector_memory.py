@@ -1,41 +1,30 @@
 """A rule selector's memory as a JSON document, so that a restarted controller's selector carries on.
 
-What :class:`~policies.rule_selector.RuleSelector` remembers between ticks, per group: the rule acting and the
-one routing, the patience under way, the pool move clock, the evidence since the last switch, the trial of the
-acting rule and the bars on failed ones, the outcome record; and the deployed split of each group (restored when
-a group leaves ``aggregated``), the pools it last asked for, and the last transfer features it saw. Rules are
-written by name. Times are on the control clock (``PolicyContext.now_s``) and moved by a shift when read back (the
-controller computes it from the wall clock, :mod:`controller.control_memory`).
+What :class:`~policies.rule_selector.RuleSelector` remembers between ticks, per group: the rule acting and the one
+routing, the patience under way, the pool move clock, the evidence since the last switch, the trial of the acting rule
+and the bars on failed ones, the outcome record; and the deployed split of each group (restored when a group leaves
+``aggregated``), the pools it last asked for, and the last transfer features it saw. Rules are written by name (the
+readers of each value: :mod:`policies.memory_codec`). Times are on the control clock (``PolicyContext.now_s``) and
+moved by a shift when read back (the controller computes it from the wall clock, :mod:`controller.control_memory`).
 
 Measured in the simulator (``experiments/results/restarts/``): restarted every 2 minutes without this memory (the
-selector resuming only the rule in force), ``learned:default`` lost 2.4 % of its goodput on network-incident-8;
-with it, a restart changes no figure.
+selector resuming only the rule in force), ``learned:default`` lost 2.4 % of its goodput on network-incident-8; with
+it, a restart changes no figure.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from policies.memory_codec import read_count, read_number, read_pair, read_time
 from policies.pool_clamp import MoveClock
-from policies.schema import PoolTargets
 from policies.watchdog import BudgetSplit
 
-__all__ = [
-    "GroupMemory",
-    "decode_group",
-    "decode_mapping",
-    "decode_pools",
-    "decode_split",
-    "encode_group",
-    "encode_split",
-    "read_pair",
-    "read_time",
-]
+__all__ = ["GroupMemory", "decode_group", "decode_split", "encode_group", "encode_split"]
 
 GroupMemory = Any
 """A ``policies.rule_selector._GroupState`` (typed loosely here: this module only reads and writes its fields)."""
@@ -65,38 +54,6 @@ def encode_group(state: GroupMemory, rules: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def read_time(value: object, field: str, shift_s: float, *, optional: bool = True) -> float | None:
-    """A time on the writer's control clock, moved by ``shift_s`` (``None`` when absent and ``optional``)."""
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{field}: expected seconds, got {value!r}")
-    return float(value) + shift_s
-
-
-def read_pair(value: object, field: str) -> tuple[float, float]:
-    """Two finite numbers."""
-    if (
-        not isinstance(value, list)
-        or len(value) != 2
-        or not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in value)
-    ):
-        raise ValueError(f"{field}: expected two numbers, got {value!r}")
-    return float(value[0]), float(value[1])
-
-
-def _number(value: object, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{field}: expected a number, got {value!r}")
-    return float(value)
-
-
-def _count(value: object, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{field}: expected a count, got {value!r}")
-    return value
-
-
 def decode_group(
     doc: object, field: str, rules: Sequence[str], state: GroupMemory, shift_s: float, window: int
 ) -> GroupMemory:
@@ -120,20 +77,20 @@ def decode_group(
 
     state.rule, state.routing = required_rule("rule"), required_rule("routing")
     state.proposed, state.previous = optional_rule("proposed"), optional_rule("previous")
-    state.streak = _count(doc.get("streak"), f"{field}.streak")
+    state.streak = read_count(doc.get("streak"), f"{field}.streak")
     move = doc.get("move")
     if not isinstance(move, list) or len(move) != 2:
         raise ValueError(f"{field}.move: expected [moving since, settled since]")
     state.move = MoveClock(
         read_time(move[0], f"{field}.move[0]", shift_s), read_time(move[1], f"{field}.move[1]", shift_s)
     )
-    state.started_s = _number(doc.get("started_s"), f"{field}.started_s") + shift_s
+    state.started_s = read_number(doc.get("started_s"), f"{field}.started_s") + shift_s
     ratio_sum = doc.get("ratio_sum")
     if ratio_sum is not None:
         if not isinstance(ratio_sum, list) or len(ratio_sum) != len(rules):
             raise ValueError(f"{field}.ratio_sum: expected {len(rules)} numbers")
-        state.ratio_sum = np.array([_number(v, f"{field}.ratio_sum") for v in ratio_sum], dtype=np.float64)
-    state.ratio_windows = _count(doc.get("ratio_windows"), f"{field}.ratio_windows")
+        state.ratio_sum = np.array([read_number(v, f"{field}.ratio_sum") for v in ratio_sum], dtype=np.float64)
+    state.ratio_windows = read_count(doc.get("ratio_windows"), f"{field}.ratio_windows")
     state.trial_since_s = read_time(doc.get("trial_since_s"), f"{field}.trial_since_s", shift_s)
     bars = doc.get("bars")
     if not isinstance(bars, dict):
@@ -143,7 +100,7 @@ def decode_group(
         if key not in rules:
             raise ValueError(f"{field}.bars.{key}: not one of the selector's rules")
         until_s, failed = read_pair(value, f"{field}.bars.{key}")
-        state.bars[rules.index(key)] = (until_s + shift_s, _count(int(failed), f"{field}.bars.{key}[1]"))
+        state.bars[rules.index(key)] = (until_s + shift_s, read_count(int(failed), f"{field}.bars.{key}[1]"))
     outcomes = doc.get("outcomes")
     if not isinstance(outcomes, list):
         raise ValueError(f"{field}.outcomes: expected a list")
@@ -167,21 +124,3 @@ def decode_split(value: object, field: str) -> BudgetSplit | None:
         return None
     prefill, instances = read_pair(value, field)
     return BudgetSplit(prefill, instances)
-
-
-def decode_pools(value: object, field: str) -> PoolTargets:
-    """Pools written as ``[prefill, decode]``."""
-    if (
-        not isinstance(value, list)
-        or len(value) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
-    ):
-        raise ValueError(f"{field}: expected [prefill, decode] instance counts, got {value!r}")
-    return PoolTargets(value[0], value[1])
-
-
-def decode_mapping(value: object, field: str) -> Mapping[str, Any]:
-    """A JSON object."""
-    if not isinstance(value, dict):
-        raise ValueError(f"{field}: expected a mapping")
-    return value

@@ -86,21 +86,39 @@ decision before it was the fallback's. It is a pure policy like the ones it wrap
 is the streak, the hold, the trip count and the fallback's record, exposed for telemetry
 (:attr:`SloWatchdog.state`). How attainment is computed is :func:`weighted_attainment`'s business; judging
 (:func:`judge`) only compares numbers.
+
+**Restarts.** The watchdog hands its whole record over (:meth:`SloWatchdog.memory_document`, with its primary's
+memory inside), and a restarted controller gives it back (:mod:`controller.control_memory`): a hold under way goes
+on, trips keep doubling the hold, and the fallback's evidence stands.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
 
-from policies.base import Policy, PolicyContext
+from policies.base import Policy, PolicyContext, remembering_layer
 from policies.fallback_evidence import FallbackEstimate, FallbackRecord, offered_load_rps_per_instance
 from policies.features import Observation
+from policies.memory_codec import (
+    decode_mapping,
+    decode_pools,
+    read_bool,
+    read_count,
+    read_names,
+    read_numbers,
+    read_optional_number,
+    read_pair,
+    read_time,
+)
 from policies.pool_clamp import MoveClock, pools_running
 from policies.schema import ControlAction, PoolTargets, TenantGroup
 from policies.scoring import pooled_attainment_frac
 
 __all__ = [
     "FALLBACK_KINDS",
+    "WATCHDOG_MEMORY_KIND",
     "BudgetSplit",
     "SloWatchdog",
     "Verdict",
@@ -110,6 +128,10 @@ __all__ = [
     "population_numbers",
     "weighted_attainment",
 ]
+
+WATCHDOG_MEMORY_KIND = "slo-watchdog"
+"""The ``kind`` of the watchdog's memory document (:meth:`SloWatchdog.memory_document`). A document without it was
+written before the watchdog remembered: it is its primary's memory alone."""
 
 FALLBACK_KINDS: tuple[str, ...] = ("baseline", "file")
 """Policy-spec kinds a fallback may be: rule policies, which need no training stack and cannot be out of their
@@ -363,6 +385,118 @@ class SloWatchdog:
         self._moves: dict[str, MoveClock] = {}  # per group: the primary's pool move under way or just settled
         self._left_out_before: frozenset[str] = frozenset()  # the groups left out of the last judged window
         self._as_fallback: frozenset[str] = frozenset()  # groups the primary last ran as the fallback would
+
+    def memory_document(self) -> dict[str, Any]:
+        """What the watchdog remembers between ticks (:class:`~policies.base.RemembersState`), its primary's inside.
+
+        Its record: the state of the last decision (trips, the hold left, the failing streak), the fallback's evidence
+        per population judged, the windows of the streak and of the hold under way, the splits it restores, the pools
+        the primary last asked for and their move clocks, the groups left out of the last judged window. Without it a
+        restarted controller's watchdog handed a tripped group back to its primary at once and started its trips
+        (and so its doubling holds) and its evidence again.
+        """
+        inner = remembering_layer(self.primary)
+        splits = self._restore_splits
+        return {
+            "kind": WATCHDOG_MEMORY_KIND,
+            "state": {**asdict(self.state), "settling_groups": list(self.state.settling_groups)},
+            "restore_splits": None
+            if splits is None
+            else {g: [v.prefill_share_frac, v.instances_share_frac] for g, v in sorted(splits.items())},
+            "primary_decided_last": self._primary_decided_last,
+            "fallback_decided_last": self._fallback_decided_last,
+            "evidence": [
+                {"groups": sorted(population), "windows": [list(w) for w in record.windows()]}
+                for population, record in sorted(self._evidence.items(), key=lambda item: sorted(item[0]))
+            ],
+            "hold_groups": None if self._hold_groups is None else sorted(self._hold_groups),
+            "streak_attainment": list(self._streak_attainment),
+            "tripped_at_frac": self._tripped_at_frac,
+            "hold_attainment": list(self._hold_attainment),
+            "primary_pools": {g: [p.num_prefill, p.num_decode] for g, p in sorted(self._primary_pools.items())},
+            "moves": {g: [m.moving_since_s, m.settled_since_s] for g, m in sorted(self._moves.items())},
+            "left_out_before": sorted(self._left_out_before),
+            "as_fallback": sorted(self._as_fallback),
+            "primary": None if inner is None else inner.memory_document(),
+        }
+
+    def restore_memory(self, document: Mapping[str, Any], shift_s: float) -> None:
+        """Take over a :meth:`memory_document`, its times moved by ``shift_s``; all of it or, on error, nothing.
+
+        A document without the watchdog's ``kind`` (written before the watchdog remembered) is its primary's memory
+        alone: the primary takes it and the watchdog's record starts again.
+
+        Raises:
+            ValueError: the document is malformed, or holds memory for a primary that keeps none (one line naming
+                the field).
+        """
+        doc = decode_mapping(document, "(watchdog memory)")
+        inner = remembering_layer(self.primary)
+        if doc.get("kind") != WATCHDOG_MEMORY_KIND:
+            if inner is None:
+                raise ValueError(f"kind: expected {WATCHDOG_MEMORY_KIND!r}, got {doc.get('kind')!r}")
+            inner.restore_memory(doc, shift_s)
+            return
+        state = _state_from(doc.get("state"), "state")
+        splits_doc = doc.get("restore_splits")
+        splits = (
+            None
+            if splits_doc is None
+            else {
+                g: BudgetSplit(*read_pair(v, f"restore_splits.{g}"))
+                for g, v in decode_mapping(splits_doc, "restore_splits").items()
+            }
+        )
+        evidence: dict[frozenset[str], FallbackRecord] = {}
+        entries = doc.get("evidence")
+        if not isinstance(entries, list):
+            raise ValueError("evidence: expected a list")
+        for i, entry in enumerate(entries):
+            entry = decode_mapping(entry, f"evidence[{i}]")
+            record = FallbackRecord(self.params.max_evidence_windows)
+            windows = entry.get("windows")
+            if not isinstance(windows, list):
+                raise ValueError(f"evidence[{i}].windows: expected a list")
+            for window in windows:
+                record.add(*read_pair(window, f"evidence[{i}].windows"))
+            evidence[read_names(entry.get("groups"), f"evidence[{i}].groups")] = record
+        hold_groups = doc.get("hold_groups")
+        pools = {
+            g: decode_pools(v, f"primary_pools.{g}")
+            for g, v in decode_mapping(doc.get("primary_pools"), "primary_pools").items()
+        }
+        moves = {}
+        for g, v in decode_mapping(doc.get("moves"), "moves").items():
+            if not isinstance(v, list) or len(v) != 2:
+                raise ValueError(f"moves.{g}: expected [moving since, settled since]")
+            moves[g] = MoveClock(read_time(v[0], f"moves.{g}[0]", shift_s), read_time(v[1], f"moves.{g}[1]", shift_s))
+        taken = (
+            read_bool(doc.get("primary_decided_last"), "primary_decided_last"),
+            read_bool(doc.get("fallback_decided_last"), "fallback_decided_last"),
+            None if hold_groups is None else read_names(hold_groups, "hold_groups"),
+            read_numbers(doc.get("streak_attainment"), "streak_attainment"),
+            read_optional_number(doc.get("tripped_at_frac"), "tripped_at_frac"),
+            read_numbers(doc.get("hold_attainment"), "hold_attainment"),
+            read_names(doc.get("left_out_before"), "left_out_before"),
+            read_names(doc.get("as_fallback"), "as_fallback"),
+        )
+        primary = doc.get("primary")
+        if primary is not None:
+            if inner is None:
+                raise ValueError(f"primary: memory for {self.primary.policy_id}, which keeps none")
+            inner.restore_memory(decode_mapping(primary, "primary"), shift_s)
+        self.state, self._restore_splits, self._evidence = state, splits, evidence
+        self._primary_pools, self._moves = pools, moves
+        (
+            self._primary_decided_last,
+            self._fallback_decided_last,
+            self._hold_groups,
+            self._streak_attainment,
+            self._tripped_at_frac,
+            self._hold_attainment,
+            self._left_out_before,
+            self._as_fallback,
+        ) = taken
 
     @property
     def policy_id(self) -> str:
@@ -660,3 +794,29 @@ class SloWatchdog:
             for g in context.groups
             if g.name in splits and g.name in context.current_pools
         }
+
+
+def _state_from(value: object, field: str) -> WatchdogState:
+    """The :class:`WatchdogState` a memory document wrote (every field, each checked)."""
+    doc = decode_mapping(value, field)
+    expected = {f.name for f in fields(WatchdogState)}
+    if set(doc) != expected:
+        missing, unknown = sorted(expected - set(doc)), sorted(set(doc) - expected)
+        raise ValueError(f"{field}: missing {missing}, unknown {unknown}")
+    error = doc["primary_error"]
+    if error is not None and not isinstance(error, str):
+        raise ValueError(f"{field}.primary_error: expected text, got {error!r}")
+    return WatchdogState(
+        in_fallback=read_bool(doc["in_fallback"], f"{field}.in_fallback"),
+        failing_streak=read_count(doc["failing_streak"], f"{field}.failing_streak"),
+        hold_left_intervals=read_count(doc["hold_left_intervals"], f"{field}.hold_left_intervals"),
+        trips=read_count(doc["trips"], f"{field}.trips"),
+        attainment_frac=read_optional_number(doc["attainment_frac"], f"{field}.attainment_frac"),
+        tripped=read_bool(doc["tripped"], f"{field}.tripped"),
+        bar_frac=read_optional_number(doc["bar_frac"], f"{field}.bar_frac"),
+        fallback_estimate_frac=read_optional_number(doc["fallback_estimate_frac"], f"{field}.fallback_estimate_frac"),
+        evidence_windows=read_count(doc["evidence_windows"], f"{field}.evidence_windows"),
+        primary_error=error,
+        settling=read_bool(doc["settling"], f"{field}.settling"),
+        settling_groups=tuple(sorted(read_names(doc["settling_groups"], f"{field}.settling_groups"))),
+    )

@@ -48,6 +48,7 @@ from policies.schema import (
     RouteRule,
     RoutingThresholds,
 )
+from policies.watchdog import SloWatchdog
 from tests.controller.harness import controller, controller_once
 from tests.controller.test_config_daemon import write_config
 from tests.controller.test_loop import FakeReader, make_config, make_runtime, surge
@@ -395,6 +396,41 @@ async def test_a_restarted_daemon_gives_the_learned_selector_its_memory_back(
     refused = Daemon(path, VirtualClock(), allow_virtual_clock=True)
     with pytest.raises(ControlMemoryError, match=r"memory\.json: policy\.memory\.groups\.g\.rule: 'fastest'"):
         await refused.run(install_signals=False)
+
+
+async def test_a_restarted_daemon_goes_on_with_the_watchdogs_hold(tmp_path: Path) -> None:
+    """Before the watchdog remembered, a controller restarted during a hold handed control back to the failing
+    primary at once and counted its next trip as the first (the hold not doubled)."""
+    memory_path = tmp_path / "memory.json"
+    watchdog = {"fallback": "policy_file", "trigger_intervals": 2, "hold_intervals": 6}
+    config = make_config(tmp_path, watchdog=watchdog, control_memory_file=str(memory_path))
+    clock = VirtualClock()
+    first = ControlLoop(
+        make_runtime(config, FakeReader(surge(slo_met=1.0))),  # attainment 0.1: the primary fails
+        clock,
+        Telemetry(CollectorRegistry()),
+        AuditLog(None),
+        OverrideWatcher(config.override_dir),
+    )
+    first.memory = ControlMemoryFile(memory_path)
+    reasons = []
+    for _ in range(4):
+        reasons.append((await first.tick()).record["decision"]["reason"])
+        await clock.advance(1.0)
+    assert reasons[2].startswith("watchdog: tripped"), reasons
+    written = json.loads(memory_path.read_text())
+    assert written["policy"]["policy_id"] == first.runtime.policy.policy_id
+    assert written["policy"]["memory"]["state"]["trips"] == 1
+    assert written["policy"]["memory"]["state"]["hold_left_intervals"] == 4
+    path = tmp_path / "controller.yaml"
+    path.write_text(yaml.safe_dump(config.model_dump(mode="json")))
+    daemon = Daemon(path, VirtualClock(start=clock.now()), allow_virtual_clock=True)
+    async with first_tick(daemon):
+        policy = daemon.loop.runtime.policy
+        assert isinstance(policy, SloWatchdog)
+        assert policy.state.trips == 1
+        assert policy.state.in_fallback, "the hold goes on"
+        assert policy.state.hold_left_intervals == 3
 
 
 async def test_a_memory_that_cannot_be_written_is_logged_once_and_shown_until_it_is_written_again(

@@ -52,13 +52,19 @@ def test_a_restart_that_keeps_the_control_state_changes_nothing(spec: str, rever
 
 
 @pytest.mark.parametrize(
-    ("spec", "scenario"), [("baseline:queue_kv", "short-flood-8"), ("learned:default", "network-incident-8")]
+    ("spec", "scenario"),
+    [
+        ("baseline:queue_kv", "short-flood-8"),
+        ("learned:default", "network-incident-8"),
+        ("watchdog:baseline:queue_kv", "network-incident-8"),
+    ],
 )
 def test_the_restart_cost_script_runs_a_restart_as_the_controller_does(spec: str, scenario: str) -> None:
     """``experiments/restart_cost.py``, the goodput tables of ``experiments/results/restarts/``.
 
     With the memory a 2-minute crash loop leaves the run where it was; without it, it does not. ``queue_kv`` needs
-    the guard's streaks kept, the selector its own memory handed over.
+    the guard's streaks kept, the selector its own memory handed over, the SLO watchdog its record (before it,
+    ``watchdog:baseline:queue_kv`` kept 0.77× of its goodput there with the rest of the memory).
     """
     script = load_script(REPO / "experiments" / "restart_cost.py", "restart_cost")
     path = REPO / "experiments" / "scenarios" / f"{scenario}.yaml"

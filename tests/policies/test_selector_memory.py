@@ -35,6 +35,14 @@ def _half_run() -> tuple[Any, Any, RuleSelector]:
     return env, policy, selector
 
 
+def decide_alike_to_the_end(env: Any, policy: Any, fresh: Any) -> None:
+    """Both policies decide every remaining interval of ``env`` on the same observation: the same actions."""
+    while running(env):
+        observation, context = env.observation(), env.policy_context()
+        assert fresh.decide(observation, context) == policy.decide(observation, context)
+        env.control(policy)
+
+
 def test_learned_default_hands_its_memory_over_through_its_wrappers() -> None:
     scenario = resolve_scenario(scenario_paths(["network-incident-8"])[0], TRACES)
     policy = make_policy("learned:default", scenario, None, ())
@@ -52,11 +60,7 @@ def test_a_fresh_selector_given_the_memory_decides_as_the_one_that_wrote_it() ->
     assert fresh is not None
     fresh.restore_memory(document, 0.0)
     assert json.loads(json.dumps(fresh.memory_document())) == document
-    # Both decide every remaining interval on the same observation: the same actions.
-    while running(env):
-        observation, context = env.observation(), env.policy_context()
-        assert fresh_policy.decide(observation, context) == policy.decide(observation, context)
-        env.control(policy)
+    decide_alike_to_the_end(env, policy, fresh_policy)
 
 
 def test_the_memory_moves_onto_the_new_clock() -> None:
