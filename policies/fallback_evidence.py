@@ -77,11 +77,6 @@ class FallbackRecord:
     def __len__(self) -> int:
         return len(self._windows)
 
-    @property
-    def max_windows(self) -> int:
-        """How many windows the record keeps (the oldest go first)."""
-        return self._windows.maxlen or 0
-
     def windows(self) -> list[tuple[float, float]]:
         """The recorded (load, attainment) pairs, oldest first."""
         return list(self._windows)

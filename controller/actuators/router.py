@@ -12,15 +12,15 @@ the next tick starts from a fresh reading.
 A policy document that puts in force the policy the router last reported (``GET /admin/state``, read every
 tick) is not sent again: after an unknown outcome the next publication happens only if the state read back
 shows it did not take effect, and a restarted controller does not bump the router's generation for nothing.
+Both documents are compared as the router runs them, resolved into typed per-tenant policies
+(:class:`policies.policy_file.ResolvedPolicy`: thresholds, SLOs, groups, attribution, expiry): key order,
+``300`` or ``300.0``, defaults written out or left to inherit do not count, nor does the free-text
+``description``. The document is serialised once, by the HTTP call that sends it.
 
 A router that runs another policy than the one this actuator last put in force there (it restarted and loaded
 its own policy file, or someone else wrote to it) has drifted: :attr:`RouterActuator.policy_drift` says so after
 the tick's reading, and the control loop then publishes its whole table again (the policy is the controller's to
 set; an operator's hand goes through override files or the router's rollback, which a drift leaves alone).
-Both documents are compared as the router runs them, resolved into typed per-tenant policies
-(:class:`policies.policy_file.ResolvedPolicy`: thresholds, SLOs, groups, attribution, expiry): key order,
-``300`` or ``300.0``, defaults written out or left to inherit do not count, nor does the free-text
-``description``. The document is serialised once, by the HTTP call that sends it.
 """
 
 from __future__ import annotations
