@@ -1,0 +1,53 @@
+"""``experiments/first_rule_oracle.py``: the clairvoyant start acts only on the first decision, and the figures its
+results README quotes are what the committed JSON gives."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from tests.script_modules import load_script
+
+REPO = Path(__file__).resolve().parents[1]
+oracle = load_script(REPO / "experiments" / "first_rule_oracle.py", "first_rule_oracle")
+TRACES = Path(os.environ.get("PDCTL_TRACES", "data/traces"))
+RESULTS = REPO / "experiments/results/families/first-rule-oracle/validation-504-last72-seed0.json"
+
+
+def test_the_best_rule_is_read_from_the_rules_rows(tmp_path: Path) -> None:
+    path = tmp_path / "results.csv"
+    path.write_text(
+        "policy,scenario,rate_scale,tenant,weighted_goodput_rps_mean\n"
+        "baseline:dynamo-legacy,s1,1.0,ALL,2.0\n"
+        "baseline:aggregated,s1,1.0,ALL,3.0\n"
+        "baseline:aggregated,s1,2.0,ALL,9.0\n"
+        "baseline:aggregated,s1,1.0,chat,9.0\n"
+        "learned:default,s1,1.0,ALL,9.0\n"
+    )
+    assert oracle.best_rules(path) == {"s1": ("aggregated", 3.0)}
+
+
+def test_the_oracle_sets_the_first_rule_and_the_selector_decides_from_there() -> None:
+    path = REPO / "experiments" / "scenarios" / "network-incident-8.yaml"
+    plain = oracle.run(path, "learned:default", 1000, TRACES, None)
+    started = oracle.run(path, "learned:default", 1000, TRACES, "aggregated")
+    again = oracle.run(path, "learned:default", 1000, TRACES, None)
+    assert plain == again, "deterministic"
+    assert started["goodput"] != plain["goodput"], "a group started under aggregated instead of legacy"
+    assert set(plain["first_window"]) == {"main"}
+
+
+def test_the_quoted_figures_are_what_the_committed_json_gives() -> None:
+    rows = json.loads(RESULTS.read_text()).values()
+    assert oracle.summary([r["plain_ratio"] for r in rows]) == (
+        "45/72 at >= 1.0x, geo mean 0.986x, floor 0.442, 10 below 0.9x"
+    )
+    assert oracle.summary([r["oracle_ratio"] for r in rows]) == (
+        "53/72 at >= 1.0x, geo mean 0.997x, floor 0.435, 6 below 0.9x"
+    )
+    assert oracle.paired([r["plain_ratio"] for r in rows], [r["oracle_ratio"] for r in rows]) == (
+        "oracle start / as it ships: 1.012x geo mean over 72; 14 up, 13 down"
+    )
+    windows = [g for r in rows for g in r["first_window"].values()]
+    assert (len(windows), sum(g["transfer_p95_over_tightest_ttft"] is not None for g in windows)) == (148, 8)
