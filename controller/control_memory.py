@@ -22,9 +22,10 @@ same base thresholds as when they were written (a digest of them is in the file)
 restart from it, as a reload with a changed base file does, and the guard's memory is kept.
 
 A policy that remembers between ticks (:class:`policies.base.RemembersState`, found through its wrappers by
-:func:`policies.registry.remembering_policy`: the rule selector) writes its memory into the same file, with the
-control clock's reading at the write; the new process's policy takes it back when it has the same ``policy_id``,
-its times moved onto the new clock (:class:`ReadBack`). A malformed one stops the start like the rest.
+:func:`policies.registry.remembering_policy`: the rule selector, or the SLO watchdog with its primary's memory
+inside) writes its memory into the same file, with the control clock's reading at the write; the new process's
+policy takes it back when it has the same ``policy_id``, its times moved onto the new clock (:class:`ReadBack`). A
+malformed one stops the start like the rest.
 
 Times are written as wall-clock epoch seconds and read back onto the new process's monotonic clock (the guard's
 clock), so a restart on another host or after a reboot keeps the ages; a time in the future (clock skew) is read as

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import csv
 import json
 import math
 import os
@@ -26,6 +25,7 @@ from typing import Any
 
 from agents.harness import weighted_goodput_rps
 from agents.policy_specs import make_policy
+from agents.result_rows import read_rows
 from agents.runs import episode_env, run_episode
 from agents.selector_branch import find_selector
 from env.gym_env import resolve_scenario
@@ -35,19 +35,16 @@ from policies.schema import ControlAction
 
 
 def best_rules(path: Path) -> dict[str, tuple[str, float]]:
-    """Per scenario of a results file: the rule with the highest priority-weighted goodput, and that goodput."""
-    table: dict[str, dict[str, float]] = collections.defaultdict(dict)
-    with path.open(newline="") as handle:
-        for row in csv.DictReader(handle):
-            if (
-                row["tenant"] == "ALL"
-                and float(row.get("rate_scale") or 1.0) == 1.0
-                and row["policy"].startswith("baseline:")
-            ):
-                table[row["scenario"]][row["policy"].removeprefix("baseline:")] = float(
-                    row["weighted_goodput_rps_mean"]
-                )
-    return {name: max(rules.items(), key=lambda item: item[1]) for name, rules in sorted(table.items())}
+    """Per scenario of a results file: the rule with the highest priority-weighted goodput, and that goodput.
+
+    Refuses, in one line, rows of another simulator than this checkout's (:func:`agents.result_rows.read_rows`).
+    """
+    out: dict[str, tuple[str, float]] = {}
+    for name, per in sorted(read_rows([path]).items()):
+        rules = {p.removeprefix("baseline:"): goodput for p, (goodput, _) in per.items() if p.startswith("baseline:")}
+        if rules:
+            out[name] = max(rules.items(), key=lambda item: item[1])
+    return out
 
 
 def run(scenario_path: Path, spec: str, seed: int, traces: Path, first_rule: str | None) -> dict[str, Any]:

@@ -7,6 +7,9 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
+from agents.evaluate import simulator_digest
 from tests.script_modules import load_script
 
 REPO = Path(__file__).resolve().parents[1]
@@ -16,16 +19,20 @@ RESULTS = REPO / "experiments/results/families/first-rule-oracle/validation-504-
 
 
 def test_the_best_rule_is_read_from_the_rules_rows(tmp_path: Path) -> None:
+    here = simulator_digest()
     path = tmp_path / "results.csv"
     path.write_text(
-        "policy,scenario,rate_scale,tenant,weighted_goodput_rps_mean\n"
-        "baseline:dynamo-legacy,s1,1.0,ALL,2.0\n"
-        "baseline:aggregated,s1,1.0,ALL,3.0\n"
-        "baseline:aggregated,s1,2.0,ALL,9.0\n"
-        "baseline:aggregated,s1,1.0,chat,9.0\n"
-        "learned:default,s1,1.0,ALL,9.0\n"
+        "policy,scenario,rate_scale,tenant,weighted_goodput_rps_mean,simulator_sha256\n"
+        f"baseline:dynamo-legacy,s1,1.0,ALL,2.0,{here}\n"
+        f"baseline:aggregated,s1,1.0,ALL,3.0,{here}\n"
+        f"baseline:aggregated,s1,2.0,ALL,9.0,{here}\n"
+        f"baseline:aggregated,s1,1.0,chat,9.0,{here}\n"
+        f"learned:default,s1,1.0,ALL,9.0,{here}\n"
     )
     assert oracle.best_rules(path) == {"s1": ("aggregated", 3.0)}
+    path.write_text(path.read_text().replace(here, "0123456789abcdef"))
+    with pytest.raises(SystemExit, match="measured by simulator 0123456789ab"):
+        oracle.best_rules(path)
 
 
 def test_the_oracle_sets_the_first_rule_and_the_selector_decides_from_there() -> None:
