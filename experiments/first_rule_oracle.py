@@ -1,7 +1,7 @@
 """How much of a rule selector's gap to the per-scenario best rule its start makes: a diagnostic, never a policy.
 
 Usage: python experiments/first_rule_oracle.py RULES.csv --scenario-dir DIR [--policy learned:default] [--seed 0]
-       [--traces DIR] [--out FILE.json]
+       [--traces DIR] [--declared-rule aggregated] [--declared-below-bytes-per-s 4.5e10] [--out FILE.json]
 
 For every scenario of ``RULES.csv`` (a ``pdctl evaluate`` results file holding the four rules the selector chooses
 among, ``baseline:<rule>``) the selector runs twice on ``DIR/<scenario>.yaml``: as it ships (``plain``: each group
@@ -10,7 +10,12 @@ decision set to the scenario's best rule (``oracle``: a clairvoyant start; every
 The oracle knows the whole run's outcome, so it can only bound what a better first decision could do. The script also
 records, for each group, what the window of the selector's first decision showed of its KV-transfer path (the p95
 transfer time over the tightest TTFT objective of its tenants, and the failed fraction; ``null``: no transfer in that
-window), the only evidence a causal first decision could have about the network. Deterministic for given arguments.
+window), the only evidence a causal first decision could have about the network.
+
+A third pass (``declared``) asks what a causal start that knows the deployment's *declared* KV link would give: each
+group of a scenario whose base link bandwidth (``cluster.network``, what an operator knows of its hardware before any
+transfer) is below ``--declared-below-bytes-per-s`` (default the family's healthy link, 45 GB/s) starts under
+``--declared-rule`` (default aggregated); the other scenarios run as they ship. Deterministic for given arguments.
 """
 
 from __future__ import annotations
@@ -45,6 +50,11 @@ def best_rules(path: Path) -> dict[str, tuple[str, float]]:
         if rules:
             out[name] = max(rules.items(), key=lambda item: item[1])
     return out
+
+
+def declared_link_bytes_per_s(scenario_path: Path, traces: Path) -> float:
+    """The scenario's base KV link bandwidth: what its operator declares of the hardware, incidents aside."""
+    return resolve_scenario(scenario_path, traces).cluster.network.link_bandwidth_bytes_per_s
 
 
 def run(scenario_path: Path, spec: str, seed: int, traces: Path, first_rule: str | None) -> dict[str, Any]:
@@ -86,12 +96,12 @@ def summary(ratios: list[float]) -> str:
     return f"{share}/{n} at >= 1.0x, geo mean {geo:.3f}x, floor {min(ratios):.3f}, {below} below 0.9x"
 
 
-def paired(plain: list[float], oracle: list[float]) -> str:
-    """The oracle start against the selector as it ships, scenario by scenario (geometric mean, up and down)."""
+def paired(plain: list[float], oracle: list[float], label: str = "oracle start") -> str:
+    """A changed start against the selector as it ships, scenario by scenario (geometric mean, up and down)."""
     ratios = [o / p for p, o in zip(plain, oracle, strict=True) if p > 0 and o > 0]
     geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
     up, down = sum(r > 1.0 for r in ratios), sum(r < 1.0 for r in ratios)
-    return f"oracle start / as it ships: {geo:.3f}x geo mean over {len(ratios)}; {up} up, {down} down"
+    return f"{label} / as it ships: {geo:.3f}x geo mean over {len(ratios)}; {up} up, {down} down"
 
 
 def main() -> None:
@@ -102,6 +112,8 @@ def main() -> None:
     parser.add_argument("--policy", default="learned:default")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--traces", type=Path, default=Path(os.environ.get("PDCTL_TRACES", "data/traces")))
+    parser.add_argument("--declared-rule", default="aggregated")
+    parser.add_argument("--declared-below-bytes-per-s", type=float, default=4.5e10)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     results: dict[str, Any] = {}
@@ -111,17 +123,28 @@ def main() -> None:
             raise SystemExit(f"--scenario-dir: {path} not found (the scenarios {args.rules} was measured on)")
         plain = run(path, args.policy, args.seed, args.traces, None)
         oracle = run(path, args.policy, args.seed, args.traces, best)
+        link = declared_link_bytes_per_s(path, args.traces)
+        degraded = link < args.declared_below_bytes_per_s
+        declared = run(path, args.policy, args.seed, args.traces, args.declared_rule) if degraded else plain
         results[name] = {
             "best_rule": best,
+            "declared_link_bytes_per_s": link,
             "plain_ratio": plain["goodput"] / best_goodput if best_goodput > 0 else 1.0,
             "oracle_ratio": oracle["goodput"] / best_goodput if best_goodput > 0 else 1.0,
+            "declared_ratio": declared["goodput"] / best_goodput if best_goodput > 0 else 1.0,
             "first_window": plain["first_window"],
         }
     plain_r = [r["plain_ratio"] for r in results.values()]
     oracle_r = [r["oracle_ratio"] for r in results.values()]
+    declared_r = [r["declared_ratio"] for r in results.values()]
     print(f"{args.policy} as it ships:       {summary(plain_r)}")
     print(f"with a clairvoyant first rule:  {summary(oracle_r)}")
+    print(f"{args.declared_rule} first where the declared link is slow: {summary(declared_r)}")
     print(paired(plain_r, oracle_r))
+    print(paired(plain_r, declared_r, "declared-link start"))
+    slow = [r for r in results.values() if r["declared_link_bytes_per_s"] < args.declared_below_bytes_per_s]
+    slow_plain, slow_declared = summary([r["plain_ratio"] for r in slow]), summary([r["declared_ratio"] for r in slow])
+    print(f"  the {len(slow)} with a slow declared link: as it ships {slow_plain}; declared {slow_declared}")
     by_rule: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for r in results.values():
         by_rule[r["best_rule"]].append(r)
