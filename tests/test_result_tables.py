@@ -123,6 +123,48 @@ def test_the_scenarios_below_the_floor_line_are_counted_with_those_whose_best_ru
         summarize.read_names(str(names))
 
 
+def test_the_shipped_rules_a_table_lacks_are_named(tmp_path: Path) -> None:
+    from agents.policy_specs import all_baseline_specs
+
+    shipped = [r for r in all_baseline_specs() if r != "grid:"]
+    assert "baseline:dynamo-legacy" in shipped
+    assert "file:policies/examples/seed_pd_policy.yaml" in shipped
+    header = "policy,scenario,tenant,weighted_goodput_rps_mean,gpu_seconds_mean"
+    some = tmp_path / "some.csv"
+    some.write_text(f"{header}\nlearned:x,s1,ALL,1.0,3600\nbaseline:dynamo-legacy,s1,ALL,2.0,3600\n", encoding="utf-8")
+    got = summarize.summarize([str(some)], ["learned:x"])
+    assert got.rules == ["baseline:dynamo-legacy"]
+    assert got.rules_not_run == [r for r in shipped if r != "baseline:dynamo-legacy"]
+    every = tmp_path / "every.csv"  # every shipped rule, but one of them not on every scenario
+    lines = [header, "learned:x,s1,ALL,1.0,3600", "learned:x,s2,ALL,1.0,3600"]
+    lines += [f"{r},s1,ALL,0.5,3600" for r in shipped] + [f"{r},s2,ALL,0.5,3600" for r in shipped[1:]]
+    every.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert summarize.summarize([str(every)], ["learned:x"]).rules_not_run == [shipped[0]]
+    assert summarize.summarize([str(every)], ["learned:x"], only=frozenset({"s1"})).rules_not_run == [shipped[0]]
+
+
+def test_the_scenarios_where_a_rule_outside_a_subset_is_best_are_listed(tmp_path: Path) -> None:
+    header = "policy,scenario,tenant,weighted_goodput_rps_mean,gpu_seconds_mean"
+    rows = {  # scenario: (learned, rule a, rule b outside the subset; "" where b did not run)
+        "s1": (3.0, 2.0, 4.0),  # b best: listed
+        "s2": (1.0, 2.0, 1.0),  # a best: not listed
+        "s3": (1.0, 2.0, 2.0),  # a tie: not listed
+        "s4": (1.0, 0.0, 1.0),  # the subset serves nothing: no ratio to it
+    }
+    lines = [header]
+    for scenario, (learned, a, b) in rows.items():
+        lines += [f"learned:x,{scenario},ALL,{learned},3600", f"baseline:a,{scenario},ALL,{a},3600"]
+        lines.append(f"baseline:b,{scenario},ALL,{b},3600")
+    lines.append("learned:x,s5,ALL,1.0,3600")  # s5: no rule of the subset ran
+    lines.append("baseline:b,s5,ALL,9.0,3600")
+    path = tmp_path / "results.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert summarize.beyond([str(path)], ["baseline:a"], "learned:x") == [
+        summarize.Beyond("s1", "baseline:b", 2.0, 1.5, 0.75)
+    ]
+    assert summarize.beyond([str(path)], ["baseline:a", "baseline:b"], "learned:x") == []
+
+
 capacity = _load("families_capacity_table", "capacity_table.py")
 
 

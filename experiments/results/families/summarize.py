@@ -6,7 +6,9 @@ Usage: python experiments/results/families/summarize.py RESULTS.csv [RESULTS.csv
 Reads the per-scenario ALL rows (mean over seeds) of every given results.csv, takes every `baseline:` / `file:`
 policy as a rule, and prints, per policy named with --policy: its priority-weighted goodput against the
 per-scenario best rule (floor = the lowest ratio, share of scenarios at >= 1.0x) and against the single rule that
-is best over the whole set (geometric mean of ratios to the per-scenario best), and GPU-hours side by side; then the
+is best over the whole set (geometric mean of ratios to the per-scenario best), and GPU-hours side by side; it names
+the shipped rules (`pdctl evaluate --policies baselines`) the files lack, since the best rule is the best of those
+run; then the
 count of scenarios below issue 18's floor line (0.9x the per-scenario best rule), and how many of those are
 scenarios whose best rule itself serves less than half the offered weighted load.
 
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.paired import PairedRatio, paired_ratio
+from agents.policy_specs import all_baseline_specs
 from agents.source_digest import OneSimulator
 
 FLOOR_LINE = 0.9
@@ -121,6 +124,9 @@ class Summary:
     figures: dict[str, PolicyFigures]
     paired: dict[str, PairedRatio] = field(default_factory=dict)
     """Against ``versus``: every other policy's paired ratio."""
+    rules_not_run: list[str] = field(default_factory=list)
+    """The shipped rules (:func:`agents.policy_specs.all_baseline_specs`, less the grid) not among ``rules``: the
+    per-scenario best rule is the best of ``rules`` only, and a rule left out could be better somewhere."""
 
 
 def summarize(
@@ -195,7 +201,40 @@ def summarize(
             if p != versus:
                 paired[p] = paired_ratio({s: table[s][p]["goodput"] for s in scenarios}, base)
     counts = dict(sorted({r: sum(best[s] == r for s in scenarios) for r in rules}.items()))
-    return Summary(scenarios, rules, single, counts, figures, paired)
+    not_run = [r for r in all_baseline_specs() if r.startswith(is_rule) and r not in rules]
+    return Summary(scenarios, rules, single, counts, figures, paired, not_run)
+
+
+@dataclass(frozen=True)
+class Beyond:
+    """A scenario where a rule outside a named subset beats every rule of the subset."""
+
+    scenario: str
+    best_rule: str
+    over_subset: float
+    """The best rule's goodput over the subset's best."""
+    policy_over_subset: float
+    policy_over_best: float
+
+
+def beyond(paths: list[str], subset: list[str], policy: str) -> list[Beyond]:
+    """The scenarios (those every file's rules and ``policy`` ran) where the best rule is not one of ``subset``.
+
+    The rules are every ``baseline:`` / ``file:`` policy present on the scenario; a scenario lacking one of
+    ``subset`` is left out.
+    """
+    table = _rows(paths)
+    found: list[Beyond] = []
+    for scenario, by in sorted(table.items()):
+        if policy not in by or any(r not in by for r in subset):
+            continue
+        rules = {r: v["goodput"] for r, v in by.items() if r.startswith(("baseline:", "file:"))}
+        top = max(rules, key=lambda r: rules[r])
+        inside = max(rules[r] for r in subset)
+        if rules[top] > inside * (1.0 + 1e-9) and inside > 0:
+            mine = by[policy]["goodput"]
+            found.append(Beyond(scenario, top, rules[top] / inside, mine / inside, mine / rules[top]))
+    return found
 
 
 def read_names(path: str) -> frozenset[str]:
@@ -220,6 +259,11 @@ def main() -> None:
     )
     parser.add_argument("--versus", help="compare every other --policy with this one, scenario by scenario")
     parser.add_argument(
+        "--beyond",
+        metavar="RULE,RULE",
+        help="also list the scenarios where a rule outside these beats all of them, with the first --policy's ratios",
+    )
+    parser.add_argument(
         "--starved",
         choices=("only", "exclude"),
         # argparse %-formats help strings: the percent sign is doubled
@@ -236,6 +280,8 @@ def main() -> None:
     summary = summarize(args.results, args.policy, args.pool_seeds, args.versus, starved, only)
     n = len(summary.scenarios)
     print(f"{n} scenarios; rules: {', '.join(summary.rules)}")
+    if summary.rules_not_run:
+        print(f"shipped rules not run on all of them (not in the best rule): {', '.join(summary.rules_not_run)}")
     print(f"single best rule over the set: {summary.single}\n")
     print(
         "| policy | geo mean × per-scenario best rule | × single best rule (geo mean) | floor (min ×) "
@@ -257,6 +303,15 @@ def main() -> None:
         print(f"\npaired against {args.versus} (goodput ratio, geometric mean over scenarios):")
         for p, versus in summary.paired.items():
             print(f"- {p}: {versus.describe(0.95)}")
+    if args.beyond:
+        subset = [r.strip() for r in args.beyond.split(",") if r.strip()]
+        policy = args.policy[0]
+        print(f"\nscenarios where a rule outside {', '.join(subset)} is best:\n")
+        print(f"| scenario | best rule | × best of those | {policy} × best of those | {policy} × best rule |")
+        print("|---|---|---:|---:|---:|")
+        for b in beyond(args.results, subset, policy):
+            cells = f"{b.over_subset:.3f} | {b.policy_over_subset:.3f} | {b.policy_over_best:.3f}"
+            print(f"| {b.scenario} | {b.best_rule} | {cells} |")
 
 
 if __name__ == "__main__":
