@@ -37,6 +37,9 @@ from agents.source_digest import OneSimulator
 FLOOR_LINE = 0.9
 """Issue 18's floor: no scenario below this times its best rule."""
 
+RULE_PREFIXES = ("baseline:", "file:")
+"""A policy whose spec starts with one of these is a rule (the best rule is the best of them)."""
+
 STARVED_FRAC = 0.5
 """A scenario whose best rule serves less than this fraction of its offered weighted load is past what any of the
 rules can serve: a ratio to the best rule there compares ways of failing."""
@@ -148,13 +151,12 @@ def summarize(
     if versus and versus not in policies:
         policies.append(versus)
     table = _rows(paths, pool_seeds)
-    is_rule = ("baseline:", "file:")
     scenarios = sorted(
-        s for s, by in table.items() if all(p in by for p in policies) and any(p.startswith(is_rule) for p in by)
+        s for s, by in table.items() if all(p in by for p in policies) and any(p.startswith(RULE_PREFIXES) for p in by)
     )
     if not scenarios:
         raise SystemExit(f"no scenario has every policy of {policies} and a rule in {', '.join(paths)}")
-    rules = sorted({p for s in scenarios for p in table[s] if p.startswith(is_rule)})
+    rules = sorted({p for s in scenarios for p in table[s] if p.startswith(RULE_PREFIXES)})
     rules = [r for r in rules if all(r in table[s] for s in scenarios)]
     best = {s: max(rules, key=lambda r, s=s: table[s][r]["goodput"]) for s in scenarios}
 
@@ -201,7 +203,7 @@ def summarize(
             if p != versus:
                 paired[p] = paired_ratio({s: table[s][p]["goodput"] for s in scenarios}, base)
     counts = dict(sorted({r: sum(best[s] == r for s in scenarios) for r in rules}.items()))
-    not_run = [r for r in all_baseline_specs() if r.startswith(is_rule) and r not in rules]
+    not_run = [r for r in all_baseline_specs() if r.startswith(RULE_PREFIXES) and r not in rules]
     return Summary(scenarios, rules, single, counts, figures, paired, not_run)
 
 
@@ -228,7 +230,7 @@ def beyond(paths: list[str], subset: list[str], policy: str) -> list[Beyond]:
     for scenario, by in sorted(table.items()):
         if policy not in by or any(r not in by for r in subset):
             continue
-        rules = {r: v["goodput"] for r, v in by.items() if r.startswith(("baseline:", "file:"))}
+        rules = {r: v["goodput"] for r, v in by.items() if r.startswith(RULE_PREFIXES)}
         top = max(rules, key=lambda r: rules[r])
         inside = max(rules[r] for r in subset)
         if rules[top] > inside * (1.0 + 1e-9) and inside > 0:
