@@ -4,16 +4,17 @@ Usage: python experiments/trace_selector.py SCENARIO.yaml [--policy SPEC] [--see
 
 SPEC is any spec whose policy is, or wraps, a rule selector (default ``learned:default``). Each line is the
 simulated time (s), the rule acting in each group, the network's predicted goodput ratio per rule (the manifest's
-rule order, sigmoid of the scores) and the interval's reward; the last line is the run's priority-weighted goodput,
-the figure ``pdctl evaluate`` reports, and its fraction of requests meeting both SLOs (what ``--sweep-rate`` holds
-at 0.9). ``--rate-scale`` multiplies every tenant's request rate, as a rate sweep's probe does. Read-only: the
-selector decides exactly as it does in ``pdctl evaluate``.
+rule order, sigmoid of the scores) and the interval's reward; the last three lines are the run's priority-weighted
+goodput, the figure ``pdctl evaluate`` reports, its fraction of requests meeting both SLOs (what ``--sweep-rate``
+holds at 0.9) and how many group-intervals each rule acted in. ``--rate-scale`` multiplies every tenant's request
+rate, as a rate sweep's probe does. Read-only: the selector decides exactly as it does in ``pdctl evaluate``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -53,8 +54,10 @@ def main() -> None:
     object.__setattr__(selector.network, "scores", recorded)  # frozen dataclass: observe, do not change
     env = episode_env(scenario, policy, args.traces)
     print("# rules:", ", ".join(selector.manifest.rules))
+    acted: Counter[str] = Counter()
 
     def on_interval(env: PDClusterEnv, step: ControlStep) -> None:
+        acted.update(selector.chosen_rules().values())
         ratios = " ".join("[" + ",".join(f"{v:.2f}" for v in row) + "]" for row in last.get("ratio", []))
         print(f"{env.sim.now_s:7.0f}s {selector.chosen_rules()} {ratios} reward={step.reward:.2f}")
 
@@ -63,6 +66,7 @@ def main() -> None:
     arrived = sum(len(per) for per in sim.arrived)
     print(f"weighted goodput {weighted_goodput_rps(sim, env.tenants, env.scenario.duration_s):.4f} rps")
     print(f"requests meeting both SLOs {met}/{arrived} = {met / max(arrived, 1):.3f}")
+    print("group-intervals per rule: " + ", ".join(f"{rule}={acted[rule]}" for rule in selector.manifest.rules))
 
 
 if __name__ == "__main__":

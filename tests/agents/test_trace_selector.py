@@ -24,7 +24,13 @@ def test_a_scaled_trace_ends_on_the_goodput_and_attainment_of_the_same_scaled_ev
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("# rules: dynamo-legacy, aggregated")
-    assert len([line for line in lines if re.match(r"\s+\d+s \{'main': '", line)]) >= 50
+    intervals = [line for line in lines if re.match(r"\s+\d+s \{'main': '", line)]
+    assert len(intervals) >= 50
+    acted = dict(item.split("=") for item in lines[-1].removeprefix("group-intervals per rule: ").split(", "))
+    assert list(acted) == lines[0].removeprefix("# rules: ").split(", ")
+    assert {rule: int(n) for rule, n in acted.items()} == {
+        rule: sum(f"'main': '{rule}'" in line for line in intervals) for rule in acted
+    }  # one group: each interval's rule counted once
     goodput = float(re.search(r"weighted goodput ([0-9.]+) rps", out.stdout).group(1))  # type: ignore[union-attr]
     met, arrived = map(int, re.search(r"both SLOs (\d+)/(\d+)", out.stdout).groups())  # type: ignore[union-attr]
     spec = RunSpec("learned:default", str(SCENARIO), 1000, rate_scale=0.0625, traces_dir=str(traces_dir))
