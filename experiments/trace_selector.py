@@ -57,9 +57,10 @@ def main() -> None:
     acted: Counter[str] = Counter()
 
     def on_interval(env: PDClusterEnv, step: ControlStep) -> None:
-        acted.update(selector.chosen_rules().values())
+        chosen = selector.chosen_rules()
+        acted.update(chosen.values())
         ratios = " ".join("[" + ",".join(f"{v:.2f}" for v in row) + "]" for row in last.get("ratio", []))
-        print(f"{env.sim.now_s:7.0f}s {selector.chosen_rules()} {ratios} reward={step.reward:.2f}")
+        print(f"{env.sim.now_s:7.0f}s {chosen} {ratios} reward={step.reward:.2f}")
 
     sim = run_episode(env, policy, args.seed, on_interval).sim
     met = sum(slo_met(sim, ti) for ti in range(len(env.tenants)))
