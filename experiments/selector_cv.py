@@ -115,5 +115,6 @@ def main() -> None:
             flush=True,
         )
 
+
 if __name__ == "__main__":
     main()
