@@ -346,3 +346,41 @@ def test_a_quoted_headroom_figure_that_disagrees_with_the_csv_is_caught() -> Non
         f"starved median: quoted 9.99, the CSV gives {right['median']}",
         f"pattern steady: quoted 0.01, the CSV gives {table['patterns']['steady']}",
     ]
+
+
+PAIRED_TABLES: list[dict[str, Any]] = CHECKED.get("paired_tables", [])
+
+
+def _check_paired(table: dict[str, Any]) -> list[str]:
+    """What in a paired-only ``table`` (two policies, no rules run) disagrees with the CSVs (empty: all agrees).
+
+    For a look that runs only a candidate and the default (a second look whose rules were not run): the paired
+    goodput ratio with its 95 % bootstrap interval (:func:`agents.paired.paired_ratio`, seed 0, as ``summarize.py
+    --versus``) and how many scenarios go up and down.
+    """
+    from agents.paired import paired_ratio
+    from agents.result_rows import read_rows
+
+    rows = read_rows([Path(p) for p in _flat(table["files"])])
+    policy, versus = _spec(table["policy"]), _spec(table["versus"])
+    both = sorted(s for s, by in rows.items() if policy in by and versus in by)
+    pr = paired_ratio({s: rows[s][policy][0] for s in both}, {s: rows[s][versus][0] for s in both})
+    seen = {
+        "scenarios": len(both),
+        "paired": [round(pr.ratio, 3), round(pr.low, 3), round(pr.high, 3)],
+        "up_down": [pr.wins, pr.losses],
+    }
+    want = table["expect"]
+    return [f"{table['policy']} {k}: quoted {v}, the CSVs give {seen[k]}" for k, v in want.items() if seen[k] != v]
+
+
+@pytest.mark.parametrize("table", PAIRED_TABLES, ids=[t["name"] for t in PAIRED_TABLES])
+def test_a_quoted_paired_table_is_what_its_csvs_give(table: dict[str, Any]) -> None:
+    assert _check_paired(table) == []
+
+
+def test_a_quoted_paired_figure_that_disagrees_with_the_csvs_is_caught() -> None:
+    table = PAIRED_TABLES[0]
+    right = table["expect"]["paired"]
+    wrong = {**table, "expect": {"paired": [1.5, 1.4, 1.6]}}
+    assert _check_paired(wrong) == [f"{table['policy']} paired: quoted [1.5, 1.4, 1.6], the CSVs give {right}"]
