@@ -50,9 +50,9 @@ def _base(scenario: str) -> str:
     return scenario.split("@", 1)[0]
 
 
-def _labelled(rollouts: list[GroupRollout], fold: set[str], inside: bool, selector: SelectorConfig) -> SelectorDataset:
-    """The labelled samples of the scenarios in ``fold`` (``inside``) or of all the others."""
-    return label_recipe([r for r in rollouts if (_base(r.scenario) in fold) == inside], selector)
+def _labelled(rollouts: list[GroupRollout], scenarios: set[str], selector: SelectorConfig) -> SelectorDataset:
+    """The labelled samples of the rollouts of ``scenarios`` (at every rate scale)."""
+    return label_recipe([r for r in rollouts if _base(r.scenario) in scenarios], selector)
 
 
 def _first(scenarios: list[str], count: int | None) -> set[str]:
@@ -95,12 +95,11 @@ def main() -> None:
         selector = base.model_copy(update=fields)
         regrets, best_shares = [], []
         for fold in folds:
-            held_out = _labelled(rollouts, fold, True, selector)
+            held_out = _labelled(rollouts, fold, selector)
             if text.startswith("constant:"):
                 pick = np.full(len(held_out.inputs), selector.rules.index(text.split(":", 1)[1]))
             else:
-                kept = _first(sorted(set(scenarios) - fold), count)
-                train = label_recipe([r for r in rollouts if _base(r.scenario) in kept], selector)
+                train = _labelled(rollouts, _first(sorted(set(scenarios) - fold), count), selector)
                 fit = fit_recipe(train, selector, config.seed)
                 network = SelectorNetwork.from_tensors(fit.tensors, len(selector.rules))
                 pick = network.scores(held_out.inputs).argmax(1)
