@@ -13,6 +13,7 @@ from pathlib import Path
 
 from agents.evaluate import simulator_digest
 from agents.policy_specs import all_baseline_specs
+from tests.families.test_pinned_eval_sets import _pinned
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = ROOT / "experiments" / "results" / "families" / "reserved-validation" / "validation-1000-last136-rules-seed0.csv"
@@ -28,8 +29,9 @@ def _rows() -> list[dict[str, str]]:
 
 
 def _reserved_pins() -> dict[str, str]:
-    lines = PIN.read_text(encoding="utf-8").splitlines()[FIRST_RESERVED:]
-    return {name.removesuffix(".yaml"): digest for digest, name in (line.split() for line in lines)}
+    """Scenario name → pinned SHA-256, for the reserved scenarios (the pin file lists them in order)."""
+    pinned = list(_pinned(PIN).items())[FIRST_RESERVED:]
+    return {name.removesuffix(".yaml"): digest for name, digest in pinned}
 
 
 def test_every_rule_ran_once_on_every_reserved_scenario() -> None:
