@@ -1,9 +1,9 @@
-"""The rules' rows reserved for the next look (``experiments/results/families/reserved-validation/``) are usable.
+"""The rules' rows reserved for one look (``experiments/results/families/reserved-validation/``) are usable.
 
-They stand in for a run of the 13 rules on 136 validation scenarios that no policy has run on, so they must be all
-there (every rule on every scenario, once), measured on exactly the pinned scenario files, and by the simulator this
-checkout has: a change to ``env/sim`` or ``env/perf`` makes them stale, and this test then says to re-run them
-(the commands are in that folder's README) rather than let a look compare rows of two simulators.
+They stand in for a run of the 13 rules on 136 validation scenarios (the forty-third session's look used them),
+so they must be all there (every rule on every scenario, once), measured on exactly the pinned scenario files, and
+by the simulator this checkout has: a change to ``env/sim`` or ``env/perf`` makes them stale, and this test then
+says to re-run them (the commands are in that folder's README) rather than let a look compare rows of two simulators.
 """
 
 from __future__ import annotations
