@@ -1,58 +1,90 @@
-"""The rules' rows reserved for one look (``experiments/results/families/reserved-validation/``) are usable.
+"""The rules' rows reserved for a look (``experiments/results/families/reserved-validation*/``) are usable.
 
-They stand in for a run of the 13 rules on 136 validation scenarios (the forty-third session's look used them),
-so they must be all there (every rule on every scenario, once), measured on exactly the pinned scenario files, and
-by the simulator this checkout has: a change to ``env/sim`` or ``env/perf`` makes them stale, and this test then
-says to re-run them (the commands are in that folder's README) rather than let a look compare rows of two simulators.
+Each set stands in for a run of the 13 rules on validation scenarios no policy had run on when they were made (the
+forty-third session's look used the first set; the second is unused), so it must be all there (every rule on every
+scenario, once), measured on exactly the pinned scenario files, and by the simulator this checkout has: a change to
+``env/sim`` or ``env/perf`` makes the rows stale, and this test then says to re-run them (the commands are in each
+folder's README) rather than let a look compare rows of two simulators.
 """
 
 from __future__ import annotations
 
 import csv
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from agents.evaluate import simulator_digest
 from agents.policy_specs import all_baseline_specs
 from tests.families.test_pinned_eval_sets import _pinned
 
 ROOT = Path(__file__).resolve().parents[2]
-ROWS = ROOT / "experiments" / "results" / "families" / "reserved-validation" / "validation-1000-last136-rules-seed0.csv"
-PIN = ROOT / "experiments" / "families" / "default-validation-1000.sha256"
-FIRST_RESERVED = 864
-"""The reserved scenarios are the pinned 1000 (the validation range until the forty-second session) less the first 864,
-which earlier looks ran policies on."""
+RESULTS = ROOT / "experiments" / "results" / "families"
+PINS = ROOT / "experiments" / "families"
 
 
-def _rows() -> list[dict[str, str]]:
-    with ROWS.open(encoding="utf-8", newline="") as handle:
+@dataclass(frozen=True)
+class ReservedSet:
+    """One folder of reserved rules' rows: the rows, the pin file of its scenarios, and which of the pinned."""
+
+    rows: Path
+    pin: Path
+    first: int
+    """The reserved scenarios are the pin file's from this index on (earlier looks ran policies on the ones before)."""
+    count: int
+
+
+SETS = {
+    "reserved-validation": ReservedSet(
+        RESULTS / "reserved-validation" / "validation-1000-last136-rules-seed0.csv",
+        PINS / "default-validation-1000.sha256",
+        first=864,
+        count=136,
+    ),
+    "reserved-validation-2": ReservedSet(
+        RESULTS / "reserved-validation-2" / "validation-1080-last80-rules-seed0.csv",
+        PINS / "default-validation-1080.sha256",
+        first=1000,
+        count=80,
+    ),
+}
+
+
+def _rows(reserved: ReservedSet) -> list[dict[str, str]]:
+    with reserved.rows.open(encoding="utf-8", newline="") as handle:
         return list(csv.DictReader(handle))
 
 
-def _reserved_pins() -> dict[str, str]:
+def _reserved_pins(reserved: ReservedSet) -> dict[str, str]:
     """Scenario name → pinned SHA-256, for the reserved scenarios (the pin file lists them in order)."""
-    pinned = list(_pinned(PIN).items())[FIRST_RESERVED:]
+    pinned = list(_pinned(reserved.pin).items())[reserved.first :]
     return {name.removesuffix(".yaml"): digest for name, digest in pinned}
 
 
-def test_every_rule_ran_once_on_every_reserved_scenario() -> None:
-    rows = _rows()
+@pytest.mark.parametrize("name", sorted(SETS))
+def test_every_rule_ran_once_on_every_reserved_scenario(name: str) -> None:
+    reserved = SETS[name]
+    rows = _rows(reserved)
     rules = set(all_baseline_specs()) - {"grid:"}  # the 12 baselines and the seed policy file
     assert len(rules) == 13
     seen = [(row["policy"], row["scenario"]) for row in rows]
     assert len(seen) == len(set(seen)), "a (rule, scenario) row is repeated"
     assert {row["tenant"] for row in rows} == {"ALL"}
     assert {row["num_seeds"] for row in rows} == {"1"}
-    assert set(seen) == {(rule, scenario) for rule in rules for scenario in _reserved_pins()}
+    assert set(seen) == {(rule, scenario) for rule in rules for scenario in _reserved_pins(reserved)}
 
 
-def test_the_rows_were_measured_on_the_pinned_files_by_this_checkouts_simulator() -> None:
-    pins = _reserved_pins()
-    assert len(pins) == 136
-    rows = _rows()
+@pytest.mark.parametrize("name", sorted(SETS))
+def test_the_rows_were_measured_on_the_pinned_files_by_this_checkouts_simulator(name: str) -> None:
+    reserved = SETS[name]
+    pins = _reserved_pins(reserved)
+    assert len(pins) == reserved.count
+    rows = _rows(reserved)
     wrong_file = sorted({row["scenario"] for row in rows if row["scenario_sha256"] != pins[row["scenario"]]})
     assert not wrong_file, f"rows measured on other scenario files than pinned: {wrong_file[:3]}"
     simulators = {row["simulator_sha256"] for row in rows}
     assert simulators == {simulator_digest()}, (
         f"the reserved rules' rows were measured by simulator {sorted(simulators)}, this checkout's is "
-        f"{simulator_digest()}: re-run them (experiments/results/families/reserved-validation/README.md)"
+        f"{simulator_digest()}: re-run them (experiments/results/families/{name}/README.md)"
     )
