@@ -4,10 +4,12 @@ The setup of :mod:`tests.integration.test_dataplane_fidelity` (one prefill and t
 behind the router on loopback, the same requests on both sides, the run slowed down by ``TIME_SCALE``), but with
 shared prompt prefixes and a policy under which the prefix hit on the chosen decode instance
 (``prefer_when_prefix_cache_hit``), the prefill queue wait (a 300 ms bound) and the decode pressure (the
-1024-1536 token gap) change routes. The decode-pressure bound (1.5 %) splits the gap's requests about evenly
-(12 under pressure, 12 not, in the simulator): at 2 % only 2 of them were under pressure, and a CI run once saw
-none live, so the "both sides exercise it" check hung on one request. Both sides place and decide through
-:mod:`policies.placement`, so the remote share and the TTFT/TPOT p50/p95 must agree.
+1024-1536 token gap) change routes. That each of these rules changes routes is checked on the simulator's side,
+which is deterministic; the live side is checked request by request against it. Only 2 of the gap's requests are
+under the 2 % decode-pressure bound in the simulator, so a check that the live side also has one hung on a single
+request's timing (a CI run saw none live while 143 of 145 routes agreed). Lowering the bound to 1.5 % split the gap
+12 / 12 but put more requests near it, and a loaded CI run then agreed on only 140 of 145. Both sides place and
+decide through :mod:`policies.placement`, so the remote share and the TTFT/TPOT p50/p95 must agree.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ pd_disaggregation_policy:
     max_prefill_queue_wait_ms: 300
     min_expected_output_tokens: 0
     require_decode_pool_pressure: false
-    decode_pressure_threshold_perc: 1.5
+    decode_pressure_threshold_perc: 2
   local_prefill: {max_input_tokens: 1024, prefer_when_prefix_cache_hit: true}
 tenants:
   - name: chat
@@ -151,12 +153,13 @@ def report(sim: Side, live: Side) -> str:
 async def test_parity_sim_live_state_dependent_policy(tmp_path: Path) -> None:
     sim, live = await measure(tmp_path)
     print("\n" + report(sim, live))
-    # the live-state rules do change routes on both sides
+    # the live-state rules do change routes in the (deterministic) simulator; the live side follows request by request
+    for reason in ("prefix_cache_hit", "gap_decode_pressure", "gap_no_pressure", "prefill_queue_overload"):
+        assert sim.reasons[reason] > 0, reason
+    # the reasons with many requests show on the live side too
+    for reason in ("prefix_cache_hit", "gap_no_pressure", "prefill_queue_overload"):
+        assert live.reasons[reason] > 0, reason
     for side in (sim, live):
-        assert side.reasons["prefix_cache_hit"] > 0
-        assert side.reasons["gap_decode_pressure"] > 0
-        assert side.reasons["gap_no_pressure"] > 0
-        assert side.reasons["prefill_queue_overload"] > 0
         assert 0.1 < side.remote_frac < 0.9
     assert sim.remote.keys() == live.remote.keys()
     same = sum(live.remote[rid] == remote for rid, remote in sim.remote.items())
