@@ -286,6 +286,11 @@ class SelectorConfig(_Strict, SelectorBehaviour):
     loss: Literal["ratio", "soft_best"] = "ratio"
     """``ratio``: each rule's goodput over the best rule's, per output (the selector picks the highest expected
     ratio); ``soft_best``: a softened distribution over which rule is best."""
+    ratio_expectile: Annotated[float, Field(gt=0, lt=1)] = 0.5
+    """``ratio`` only: fit this expectile of each rule's goodput ratio instead of its mean (0.5;
+    :func:`agents.selector_fit.fit_selector`). Below 0.5 an overestimate costs more than an underestimate, so a rule
+    whose outcome from similar states is spread scores below one as good on average whose outcome is steady: the
+    selector then switches on predicted gains it is surer of."""
     temperature_frac: Annotated[float, Field(gt=0)] = 0.05
     """``soft_best`` only: the softening of the best-rule distribution."""
     workers: Annotated[int, Field(ge=1, le=64)] | None = None
@@ -346,6 +351,8 @@ class SelectorConfig(_Strict, SelectorBehaviour):
         self.check_fallback_rule(self.rules)
         if self.own_rule_labels and self.loss != "ratio":
             raise ValueError("own_rule_labels: needs loss: ratio (a best-rule distribution needs every rule's label)")
+        if self.ratio_expectile != 0.5 and self.loss != "ratio":
+            raise ValueError("ratio_expectile: needs loss: ratio (an expectile of each rule's goodput ratio)")
         if self.equal_window_weights and self.label_window_intervals is None:
             raise ValueError("equal_window_weights: needs label_window_intervals (an episode label has one window)")
         if self.branch_rounds and self.label_window_intervals is None:
@@ -360,6 +367,14 @@ class SelectorConfig(_Strict, SelectorBehaviour):
                 " (rate_scales x bandwidth_scales)"
             )
         return self
+
+    def algorithm_name(self) -> str:
+        """What a fitted selector's manifest records as its ``algorithm``.
+
+        ``rule_selector/`` and the loss, with ``-expectile-τ`` where ``ratio_expectile`` is not 0.5.
+        """
+        suffix = "" if self.ratio_expectile == 0.5 else f"-expectile-{self.ratio_expectile:g}"
+        return f"rule_selector/{self.loss}{suffix}"
 
     def rollout_conditions(self, scenario_index: int) -> list[tuple[float, float]]:
         """The (rate scale, bandwidth scale) pairs the ``scenario_index``-th training scenario is rolled out under."""

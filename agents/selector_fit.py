@@ -46,16 +46,26 @@ def fit_selector(
     seed: int,
     loss: str = "ratio",
     members: int = 1,
+    ratio_expectile: float = 0.5,
 ) -> FitResult:
     """Fit the selector network to ``data`` (module docstring).
 
     With ``members`` > 1, that many networks are fitted from seeds ``seed``, ``seed + 1``, …, and their tensors
     are returned under the ``m{k}.`` prefixes :class:`policies.rule_selector.SelectorNetwork` reads as an
     ensemble; the losses are the members' mean per epoch, the agreement the ensemble's.
+
+    ``ratio_expectile`` (``loss="ratio"`` only; 0.5 = the plain fit): each output's loss weighs ``2·τ`` where
+    the prediction is below its label and ``2·(1 − τ)`` where it is above, so below 0.5 the network predicts a
+    low expectile of each rule's ratio instead of its mean: a rule whose outcome from similar states is spread
+    scores lower than one as good on average whose outcome is steady.
     """
     if members < 1:
         raise ValueError(f"members must be >= 1, got {members}")
-    hyper = _Hyper(hidden_width, epochs, learning_rate, weight_decay, batch_size, loss)
+    if not 0.0 < ratio_expectile < 1.0:
+        raise ValueError(f"ratio_expectile must be in (0, 1), got {ratio_expectile}")
+    if ratio_expectile != 0.5 and loss != "ratio":
+        raise ValueError(f"ratio_expectile needs loss 'ratio', got {loss!r}")
+    hyper = _Hyper(hidden_width, epochs, learning_rate, weight_decay, batch_size, loss, ratio_expectile)
     fits = [_fit_one(data, hyper, seed + k) for k in range(members)]
     if members == 1:
         return fits[0]
@@ -78,6 +88,7 @@ class _Hyper:
     weight_decay: float
     batch_size: int
     loss: str
+    ratio_expectile: float
 
 
 def _fit_one(data: SelectorDataset, hyper: _Hyper, seed: int) -> FitResult:
@@ -112,6 +123,11 @@ def _fit_one(data: SelectorDataset, hyper: _Hyper, seed: int) -> FitResult:
                 per_sample = -(y[idx] * torch.log_softmax(logits, dim=1)).sum(1)
             else:
                 per_output = torch.nn.functional.binary_cross_entropy_with_logits(logits, y[idx], reduction="none")
+                if hyper.ratio_expectile != 0.5:
+                    over = torch.sigmoid(logits.detach()) > y[idx]
+                    per_output = per_output * torch.where(
+                        over, 2.0 * (1.0 - hyper.ratio_expectile), 2.0 * hyper.ratio_expectile
+                    )
                 if masked:
                     per_sample = (per_output * mask[idx]).sum(1) / mask[idx].sum(1).clamp_min(1.0)
                 else:
@@ -162,6 +178,7 @@ def fit_recipe(data: SelectorDataset, selector: SelectorConfig, seed: int) -> Fi
         seed=seed,
         loss=selector.loss,
         members=selector.ensemble_members,
+        ratio_expectile=selector.ratio_expectile,
     )
 
 

@@ -150,7 +150,7 @@ def train_selector(
             hidden_width=selector.hidden_width,
             ensemble_members=selector.ensemble_members,
             **selector.behaviour(),
-            algorithm=f"rule_selector/{selector.loss}",
+            algorithm=selector.algorithm_name(),
             mlflow_run_id=run_id,
             git_commit=git_commit(),
             trained_on=[source.describe()] if isinstance(source, FamilyDraw) else [],

@@ -22,7 +22,7 @@ from agents.selector_data import (
     shared_transfer_inputs,
     window_goodput,
 )
-from agents.selector_fit import fit_selector
+from agents.selector_fit import FitResult, fit_selector
 from agents.train import train
 from env.gym_env import resolve_scenario
 from policies.artifacts import load_learned
@@ -304,6 +304,39 @@ def test_an_ensemble_fit_is_its_members_fits_and_scores_by_their_mean_predicted_
         fit_selector(data, seed=0, members=0, **kwargs)  # type: ignore[arg-type]
 
 
+def test_a_low_ratio_expectile_scores_a_spread_rule_below_a_steady_one_as_good_on_average() -> None:
+    rollouts = []
+    rules = ["dynamo-legacy", "aggregated", "dynamo-isl-bounding"]
+    for i in range(24):  # one state; isl-bounding best (1.0), legacy 0.6 of it, aggregated 0.9 or 0.4 (mean 0.65)
+        x = _inputs(0.0)
+        spread = 0.9 if i % 2 == 0 else 0.4
+        rollouts += [
+            _rollout(f"g{i}", "dynamo-legacy", 0.6, x),
+            _rollout(f"g{i}", "aggregated", spread, x),
+            _rollout(f"g{i}", "dynamo-isl-bounding", 1.0, x),
+        ]
+    data = selector_targets(rollouts, rules, 0.05)
+    kwargs = {"hidden_width": 8, "epochs": 80, "learning_rate": 2e-2, "weight_decay": 0.0, "batch_size": 24}
+
+    def ratios(fit: FitResult) -> np.ndarray:
+        scores = SelectorNetwork.from_tensors(fit.tensors, len(rules)).scores(_inputs(0.0, 1))[0]
+        return 1.0 / (1.0 + np.exp(-scores.astype(np.float64)))
+
+    plain = fit_selector(data, seed=0, **kwargs)  # type: ignore[arg-type]
+    mean_fit, low_fit = ratios(plain), ratios(fit_selector(data, seed=0, ratio_expectile=0.2, **kwargs))  # type: ignore[arg-type]
+    assert mean_fit[1] > mean_fit[0]  # the mean fit prefers the spread rule (0.65 against 0.6 of the best) ...
+    assert low_fit[1] < low_fit[0]  # ... a low expectile the steady one
+    assert low_fit[0] == pytest.approx(mean_fit[0], abs=0.03)  # a steady rule's expectiles are its mean
+    for name, value in fit_selector(data, seed=0, ratio_expectile=0.5, **kwargs).tensors.items():  # type: ignore[arg-type]
+        np.testing.assert_array_equal(value, plain.tensors[name])
+    assert SelectorConfig().algorithm_name() == "rule_selector/ratio"  # what the manifest records
+    assert SelectorConfig(ratio_expectile=0.2).algorithm_name() == "rule_selector/ratio-expectile-0.2"
+    with pytest.raises(ValueError, match="ratio_expectile must be in"):
+        fit_selector(data, seed=0, ratio_expectile=0.0, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="ratio_expectile needs loss 'ratio'"):
+        fit_selector(data, seed=0, ratio_expectile=0.3, loss="soft_best", **kwargs)  # type: ignore[arg-type]
+
+
 # ------------------------------------------------------------------------------------------- rollouts
 
 
@@ -486,6 +519,8 @@ def test_a_stopped_pool_starts_none_of_its_queued_tasks(tmp_path: Path, monkeypa
         ({"branch_rounds": 4, "label_window_intervals": 2}, "selector.branch_rounds"),
         ({"branch_group_weight": 0.0, "label_window_intervals": 2}, "selector.branch_group_weight"),
         ({"admission_ttft_slack_frac": 0.0}, "selector.admission_ttft_slack_frac"),
+        ({"ratio_expectile": 1.0}, "selector.ratio_expectile"),
+        ({"ratio_expectile": 0.3, "loss": "soft_best"}, "ratio_expectile: needs loss: ratio"),
         ({"admission_ttft_slack_frac": float("nan")}, "selector.admission_ttft_slack_frac"),
     ],
 )
