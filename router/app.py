@@ -22,6 +22,7 @@ from router.decide import Planner
 from router.estimates import TransferHealth
 from router.flow import RECORD_KEY, UPSTREAM_ERRORS, RequestFlow, add_route_headers, prefill_client_timeout
 from router.limits import bounded_input
+from router.parts import RouterParts
 from router.registry import InstanceRegistry
 from router.relay import error_body
 from router.telemetry import RequestLog, RouterMetrics
@@ -48,14 +49,12 @@ class Router:
         self.metrics.policy_generation.set(0)
         self.metrics.admission_slack.set(config.admission.ttft_slack_frac or 0.0)
         self.log = RequestLog(config.request_log) if config.request_log else None
-        self._flow = RequestFlow(
-            config, self.registry, self.planner, self.transfer_health, self.metrics, self.log,
-            lambda: self.session, lambda: self.policy, self._now,
-        )  # fmt: skip
-        self._upkeep = Upkeep(
+        parts = RouterParts(
             config, self.registry, self.planner, self.transfer_health, self.metrics, self.log,
             lambda: self.session, self._now,
         )  # fmt: skip
+        self._flow = RequestFlow(parts, lambda: self.policy)
+        self._upkeep = Upkeep(parts)
         self.admin = AdminApi(
             config.resolved_admin_token(),
             lambda: self.policy,

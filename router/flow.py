@@ -40,12 +40,11 @@ from policies.admission import REFUSED_ROUTE
 from policies.schema import FallbackAction, Route, Slo
 from router.admin import PolicyState
 from router.config import RouterConfig
-from router.decide import Planner
-from router.estimates import TransferHealth
 from router.limits import BodyError, parse_json
 from router.migrate import StreamMigrator
+from router.parts import RouterPart, RouterParts
 from router.pd import decode_body, forwarded_headers, local_body, prefill_body, prefill_params
-from router.registry import Instance, InstanceRegistry
+from router.registry import Instance
 from router.relay import (
     UPSTREAM_ERRORS,
     RelayResult,
@@ -56,7 +55,7 @@ from router.relay import (
 )
 from router.request import FlowRequest, completion_tokens, first_token_seen, json_error
 from router.resume import StreamTranscript
-from router.telemetry import RequestLog, RequestRecord, RouterMetrics
+from router.telemetry import RequestRecord
 
 __all__ = [
     "RECORD_KEY",
@@ -104,48 +103,27 @@ def prefill_client_timeout(config: RouterConfig) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=t.prefill_s, sock_connect=t.connect_s)
 
 
-class RequestFlow:
+class RequestFlow(RouterPart):
     """Serves generation requests through the P/D legs, with fallbacks, and records them.
 
-    :class:`router.app.Router` routes the generation endpoints to :meth:`generate` and shares its live state;
-    ``session``, ``policy`` and ``now`` are read per request (the policy changes through the admin API).
+    :class:`router.app.Router` routes the generation endpoints to :meth:`generate` and shares its live state
+    (:class:`router.parts.RouterParts`); ``session``, ``policy`` and ``now`` are read per request (the policy
+    changes through the admin API).
     """
 
-    def __init__(
-        self,
-        config: RouterConfig,
-        registry: InstanceRegistry,
-        planner: Planner,
-        transfer_health: TransferHealth,
-        metrics: RouterMetrics,
-        log: RequestLog | None,
-        session: Callable[[], aiohttp.ClientSession],
-        policy: Callable[[], PolicyState],
-        now: Callable[[], float],
-    ) -> None:
-        self.config = config
-        self.registry = registry
-        self.planner = planner
-        self.transfer_health = transfer_health
-        self.metrics = metrics
-        self.log = log
-        self._session = session
+    def __init__(self, parts: RouterParts, policy: Callable[[], PolicyState]) -> None:
+        super().__init__(parts)
         self._policy = policy
-        self._now = now
+        config = parts.config
         t = config.timeouts
         self._stream_timeout = stream_client_timeout(t)
         self._prefill_timeout = prefill_client_timeout(config)
         self._unary_timeout = aiohttp.ClientTimeout(total=t.first_token_s, sock_connect=t.connect_s)
         self._tokenize_remotely = config.estimation.tokenizer == "instance"
         self._migrator = StreamMigrator(
-            config, registry, planner, metrics, session, now, self._mark_failed,
+            config, parts.registry, parts.planner, parts.metrics, parts.session, parts.now, self._mark_failed,
             lambda req, kind: self._fallback(req.record, kind),
         )  # fmt: skip
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        """The upstream client pool."""
-        return self._session()
 
     async def _count_tokens(self, body: Mapping[str, Any]) -> int | None:
         """Prompt tokens counted by a decode instance's ``POST /tokenize`` (None: fall back to the estimate)."""

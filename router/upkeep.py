@@ -9,51 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 
 import aiohttp
 
-from router.config import RouterConfig
-from router.decide import Planner
-from router.estimates import TransferHealth
 from router.flow import UPSTREAM_ERRORS, prefill_client_timeout
-from router.registry import Instance, InstanceRegistry
-from router.telemetry import RequestLog, RouterMetrics
+from router.parts import RouterPart, RouterParts
+from router.registry import Instance
 
 __all__ = ["Upkeep"]
 
 _LOG_FLUSH_INTERVAL_S = 1.0
 
 
-class Upkeep:
+class Upkeep(RouterPart):
     """Health checks, KV-usage polling and log flushing as background tasks, and the instance gauges."""
 
-    def __init__(
-        self,
-        config: RouterConfig,
-        registry: InstanceRegistry,
-        planner: Planner,
-        transfer_health: TransferHealth,
-        metrics: RouterMetrics,
-        log: RequestLog | None,
-        session: Callable[[], aiohttp.ClientSession],
-        now: Callable[[], float],
-    ) -> None:
-        self.config = config
-        self.registry = registry
-        self.planner = planner
-        self.transfer_health = transfer_health
-        self.metrics = metrics
-        self.log = log
-        self._session = session
-        self._now = now
-        self._poll_timeout = prefill_client_timeout(config)
+    def __init__(self, parts: RouterParts) -> None:
+        super().__init__(parts)
+        self._poll_timeout = prefill_client_timeout(parts.config)
         self._tasks: list[asyncio.Task[None]] = []
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        """The upstream client pool."""
-        return self._session()
 
     def start(self) -> None:
         """Start the background tasks (on the running loop)."""
