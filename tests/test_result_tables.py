@@ -60,6 +60,7 @@ def _check(table: dict[str, Any]) -> list[str]:
             "floor": round(fig.floor, 3),
             "below": fig.below_floor_line,
             "below_starved": fig.below_starved,
+            "near": f"{fig.near_best}/{len(got.scenarios)}",
         }
         if "paired" in want:
             pr = got.paired[_spec(name)]
@@ -102,6 +103,7 @@ def test_the_scenarios_below_the_floor_line_are_counted_with_those_whose_best_ru
     figures = summarize.summarize([str(path)], ["learned:x"]).figures
     assert (figures["learned:x"].below_floor_line, figures["learned:x"].below_starved) == (3, 1)
     assert (figures["baseline:a"].below_floor_line, figures["baseline:a"].below_starved) == (0, 0)
+    assert (figures["learned:x"].near_best, figures["baseline:a"].near_best) == (0, 4)  # 0.95x is not within 1 %
     only = summarize.summarize([str(path)], ["learned:x"], starved=True)
     assert only.scenarios == ["s1", "s3"]
     assert only.figures["learned:x"].below_floor_line == 1

@@ -37,6 +37,11 @@ from agents.source_digest import OneSimulator
 FLOOR_LINE = 0.9
 """Issue 18's floor: no scenario below this times its best rule."""
 
+NEAR_LINE = 0.99
+"""Reported beside the share (not a line of issue 18): scenarios within 1 % of their best rule. The share counts a tie
+with the best of 13 rules and not 0.999×; this count shows how many scenarios the difference between two policies'
+shares lies that close to the line."""
+
 RULE_PREFIXES = ("baseline:", "file:")
 """A policy whose spec starts with one of these is a rule (the best rule is the best of them)."""
 
@@ -111,6 +116,8 @@ class PolicyFigures:
     gpu_h: float
     below_floor_line: int = 0
     """Scenarios below :data:`FLOOR_LINE` × the per-scenario best rule."""
+    near_best: int = 0
+    """Scenarios at ≥ :data:`NEAR_LINE` × the per-scenario best rule."""
     below_starved: int = 0
     """Of those, the ones whose best rule serves less than :data:`STARVED_FRAC` of the offered weighted load (a
     scenario whose rows carry no offered load is not counted)."""
@@ -194,6 +201,7 @@ def summarize(
             at_least_best=sum(r >= 1.0 - 1e-9 for r in ratios),
             gpu_h=sum(table[s][p]["gpu_h"] for s in scenarios),
             below_floor_line=sum(r < FLOOR_LINE for r in ratios),
+            near_best=sum(r >= NEAR_LINE - 1e-9 for r in ratios),
             below_starved=sum(r < FLOOR_LINE and starved_scenario(s) for s, r in zip(scenarios, ratios, strict=True)),
         )
     paired: dict[str, PairedRatio] = {}
@@ -301,6 +309,9 @@ def main() -> None:
     for p in args.policy:
         f = summary.figures[p]
         print(f"- {p}: {f.below_floor_line} ({f.below_starved})")
+    print(f"\nat or above {NEAR_LINE}x the per-scenario best rule (within {1 - NEAR_LINE:.0%}; not a line):")
+    for p in args.policy:
+        print(f"- {p}: {summary.figures[p].near_best}/{n}")
     if args.versus:
         print(f"\npaired against {args.versus} (goodput ratio, geometric mean over scenarios):")
         for p, versus in summary.paired.items():
