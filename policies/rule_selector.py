@@ -219,7 +219,8 @@ class SelectorBehaviour(BaseModel):
     group near 25 % attainment for the rest of the run). The evidence for leaving a rule is
     then gathered in windows where that rule falls short. A transfer fallback still acts at once. Off in the shipped
     selector: measured on validation 72, it gained share and lost goodput
-    (``experiments/results/families/objectives-hold/``)."""
+    (``experiments/results/families/objectives-hold/``); with the 220-scenario fit, on 320 never-run scenarios, it
+    raised the floor and did not raise the share (``experiments/results/families/s220-hold/``)."""
     dwell_after_start: bool = False
     """Leave a group's first windows unjudged, as the first windows after a pool move are: the window of its first
     decision was routed by the thresholds the deployment ran before the selector, not by any rule of it, and the
