@@ -1,7 +1,7 @@
 """The rules' rows reserved for a look (``experiments/results/families/reserved-validation*/``) are usable.
 
 Each set stands in for a run of the 13 rules on validation scenarios no policy had run on when they were made (the
-forty-third and forty-fourth sessions' looks used the first two; the third is unused), so it must be all there
+forty-third to forty-fifth sessions' looks used the first three; the fourth is unused), so it must be all there
 (every rule on every scenario, once), measured on exactly the pinned scenario files, and by the simulator this
 checkout has: a change to ``env/sim`` or ``env/perf`` makes the rows stale, and this test then says to re-run them
 (the commands are in each folder's README) rather than let a look compare rows of two simulators.
@@ -52,6 +52,12 @@ SETS = {
         RESULTS / "reserved-validation-3" / "validation-1400-last120-rules-seed0.csv",
         PINS / "default-validation-1400.sha256",
         first=1280,
+        count=120,
+    ),
+    "reserved-validation-4": ReservedSet(
+        RESULTS / "reserved-validation-4" / "validation-1720-last120-rules-seed0.csv",
+        PINS / "default-validation-1720.sha256",
+        first=1600,
         count=120,
     ),
 }
