@@ -39,8 +39,8 @@ FLOOR_LINE = 0.9
 
 NEAR_LINE = 0.99
 """Reported beside the share (not a line of issue 18): scenarios within 1 % of their best rule. The share counts a tie
-with the best of 13 rules and not 0.999×; this count shows how many scenarios the difference between two policies'
-shares lies that close to the line."""
+with the best of 13 rules but not 0.999×; this count shows how many scenarios sit that close to the line, where two
+policies' shares can differ by noise."""
 
 RULE_PREFIXES = ("baseline:", "file:")
 """A policy whose spec starts with one of these is a rule (the best rule is the best of them)."""
@@ -116,11 +116,11 @@ class PolicyFigures:
     gpu_h: float
     below_floor_line: int = 0
     """Scenarios below :data:`FLOOR_LINE` × the per-scenario best rule."""
-    near_best: int = 0
-    """Scenarios at ≥ :data:`NEAR_LINE` × the per-scenario best rule."""
     below_starved: int = 0
     """Of those, the ones whose best rule serves less than :data:`STARVED_FRAC` of the offered weighted load (a
     scenario whose rows carry no offered load is not counted)."""
+    near_best: int = 0
+    """Scenarios at ≥ :data:`NEAR_LINE` × the per-scenario best rule."""
 
 
 @dataclass(frozen=True)
