@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import subprocess
@@ -16,6 +17,29 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
+
+
+@pytest.fixture(autouse=True)
+def _logging_left_as_found() -> Iterator[None]:
+    """Undo what a command run in-process (``typer.testing.CliRunner``) leaves in the process's logging.
+
+    ``pdctl controller`` configures logging for its process (``controller.logs.configure_logging``): handlers on the
+    root and tick loggers that write to the CLI runner's captured streams, closed once the command returns, and the
+    root level set to INFO. Left in place, every later INFO line of any test fails to write and prints a traceback
+    (a full run once printed 446). After each test, handlers on a closed stream are removed and the root level, the
+    tick logger's handlers and its propagation are restored; pytest's own capture handlers are left to pytest.
+    """
+    from controller.logs import TICK_LOGGER
+
+    root, ticks = logging.getLogger(), logging.getLogger(TICK_LOGGER)
+    root_level, tick_handlers, tick_propagate = root.level, list(ticks.handlers), ticks.propagate
+    yield
+    for handler in list(root.handlers):
+        if getattr(getattr(handler, "stream", None), "closed", False):
+            root.removeHandler(handler)
+    root.setLevel(root_level)
+    ticks.handlers[:] = tick_handlers
+    ticks.propagate = tick_propagate
 
 
 @pytest.fixture
