@@ -35,31 +35,21 @@ class ReservedSet:
     count: int
 
 
+def _reserved(folder: str, pinned: int, count: int) -> ReservedSet:
+    """The rows of the last ``count`` of the first ``pinned`` validation scenarios, in ``folder``."""
+    return ReservedSet(
+        RESULTS / folder / f"validation-{pinned}-last{count}-rules-seed0.csv",
+        PINS / f"default-validation-{pinned}.sha256",
+        first=pinned - count,
+        count=count,
+    )
+
+
 SETS = {
-    "reserved-validation": ReservedSet(
-        RESULTS / "reserved-validation" / "validation-1000-last136-rules-seed0.csv",
-        PINS / "default-validation-1000.sha256",
-        first=864,
-        count=136,
-    ),
-    "reserved-validation-2": ReservedSet(
-        RESULTS / "reserved-validation-2" / "validation-1080-last80-rules-seed0.csv",
-        PINS / "default-validation-1080.sha256",
-        first=1000,
-        count=80,
-    ),
-    "reserved-validation-3": ReservedSet(
-        RESULTS / "reserved-validation-3" / "validation-1400-last120-rules-seed0.csv",
-        PINS / "default-validation-1400.sha256",
-        first=1280,
-        count=120,
-    ),
-    "reserved-validation-4": ReservedSet(
-        RESULTS / "reserved-validation-4" / "validation-1720-last120-rules-seed0.csv",
-        PINS / "default-validation-1720.sha256",
-        first=1600,
-        count=120,
-    ),
+    "reserved-validation": _reserved("reserved-validation", 1000, 136),
+    "reserved-validation-2": _reserved("reserved-validation-2", 1080, 80),
+    "reserved-validation-3": _reserved("reserved-validation-3", 1400, 120),
+    "reserved-validation-4": _reserved("reserved-validation-4", 1720, 120),
 }
 
 
