@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -143,6 +144,29 @@ def test_the_shipped_rules_a_table_lacks_are_named(tmp_path: Path) -> None:
     every.write_text("\n".join(lines) + "\n", encoding="utf-8")
     assert summarize.summarize([str(every)], ["learned:x"]).rules_not_run == [shipped[0]]
     assert summarize.summarize([str(every)], ["learned:x"], only=frozenset({"s1"})).rules_not_run == [shipped[0]]
+
+
+def test_a_bound_is_the_best_of_its_rules_per_scenario_and_never_a_rule(tmp_path: Path) -> None:
+    header = "policy,scenario,tenant,weighted_goodput_rps_mean,gpu_seconds_mean"
+    rows = {"s1": (1.0, 2.0, 3.0, 4.0), "s2": (1.0, 3.0, 2.0, 1.5)}  # learned, rule a, rule b, rule c
+    lines = [header]
+    for scenario, goodputs in rows.items():
+        for policy, goodput in zip(("learned:x", "baseline:a", "baseline:b", "baseline:c"), goodputs, strict=True):
+            lines.append(f"{policy},{scenario},ALL,{goodput},{3600 * goodput}")
+    path = tmp_path / "results.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    bound = "bound:baseline:a+baseline:b"
+    got = summarize.summarize([str(path)], ["learned:x", bound], versus="learned:x")
+    assert got.rules == ["baseline:a", "baseline:b", "baseline:c"]  # the bound is no rule
+    assert got.best_counts == {"baseline:a": 1, "baseline:b": 0, "baseline:c": 1}
+    figures = got.figures[bound]
+    assert figures.floor == pytest.approx(3.0 / 4.0)  # s1: b's 3 against c's 4; s2: a's 3, the best rule
+    assert figures.at_least_best == 1
+    assert figures.gpu_h == pytest.approx(3.0 + 3.0)  # the chosen rule's GPU-hours on each scenario
+    assert got.paired[bound].ratio == pytest.approx(3.0)
+    for bad in ("bound:", "bound:baseline:a+learned:x"):
+        with pytest.raises(SystemExit, match=re.escape(f"--policy {bad}: a bound names rules")):
+            summarize.summarize([str(path)], [bad])
 
 
 def test_the_scenarios_where_a_rule_outside_a_subset_is_best_are_listed(tmp_path: Path) -> None:

@@ -16,6 +16,10 @@ With ``--versus SPEC``, every other --policy is also compared with SPEC scenario
 goodput ratio with a 95 % bootstrap interval over scenarios (:func:`agents.paired.paired_ratio`, seed 0). A
 difference whose interval straddles 1.0 is one these scenarios cannot tell from noise.
 
+A ``--policy bound:RULE+RULE+...`` is no policy but a bound: on each scenario the best of the named rules, as if a
+clairvoyant chose among them once per scenario before it ran (what a selector over those rules would reach if it
+always picked the right one from the start and never switched). It is figured like a policy and is never a rule.
+
 ``--starved only`` (``exclude``) restricts every figure to the scenarios whose best rule serves less than half the
 offered weighted load (to the others); the single best rule is then the best over that subset. ``--scenarios-from
 FILE`` restricts them to the scenarios the file names, one per line.
@@ -44,6 +48,9 @@ policies' shares can differ by noise."""
 
 RULE_PREFIXES = ("baseline:", "file:")
 """A policy whose spec starts with one of these is a rule (the best rule is the best of them)."""
+
+BOUND_PREFIX = "bound:"
+"""A --policy ``bound:RULE+RULE+...`` is the per-scenario best of those rules (module docstring)."""
 
 STARVED_FRAC = 0.5
 """A scenario whose best rule serves less than this fraction of its offered weighted load is past what any of the
@@ -158,6 +165,9 @@ def summarize(
     if versus and versus not in policies:
         policies.append(versus)
     table = _rows(paths, pool_seeds)
+    for p in policies:
+        if p.startswith(BOUND_PREFIX):
+            _add_bound(table, p)
     scenarios = sorted(
         s for s, by in table.items() if all(p in by for p in policies) and any(p.startswith(RULE_PREFIXES) for p in by)
     )
@@ -213,6 +223,19 @@ def summarize(
     counts = dict(sorted({r: sum(best[s] == r for s in scenarios) for r in rules}.items()))
     not_run = [r for r in all_baseline_specs() if r.startswith(RULE_PREFIXES) and r not in rules]
     return Summary(scenarios, rules, single, counts, figures, paired, not_run)
+
+
+def _add_bound(table: dict[str, dict[str, dict[str, float]]], spec: str) -> None:
+    """Add the pseudo-policy ``spec`` (``bound:RULE+RULE+...``) to every scenario where all its rules ran.
+
+    Its row there is a copy of the best of those rules' rows (goodput, GPU-hours and offered load).
+    """
+    members = [m for m in spec.removeprefix(BOUND_PREFIX).split("+") if m]
+    if not members or any(not m.startswith(RULE_PREFIXES) for m in members):
+        raise SystemExit(f"--policy {spec}: a bound names rules ({' or '.join(RULE_PREFIXES)}...) joined by '+'")
+    for by in table.values():
+        if all(m in by for m in members):
+            by[spec] = dict(max((by[m] for m in members), key=lambda row: row["goodput"]))
 
 
 @dataclass(frozen=True)
