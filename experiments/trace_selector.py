@@ -4,10 +4,11 @@ Usage: python experiments/trace_selector.py SCENARIO.yaml [--policy SPEC] [--see
 
 SPEC is any spec whose policy is, or wraps, a rule selector (default ``learned:default``). Each line is the
 simulated time (s), the rule acting in each group, the network's predicted goodput ratio per rule (the manifest's
-rule order, sigmoid of the scores) and the interval's reward; the last three lines are the run's priority-weighted
+rule order, sigmoid of the scores) and the interval's reward; the last four lines are the run's priority-weighted
 goodput, the figure ``pdctl evaluate`` reports, its fraction of requests meeting both SLOs (what ``--sweep-rate``
-holds at 0.9) and how many group-intervals each rule acted in. ``--rate-scale`` multiplies every tenant's request
-rate, as a rate sweep's probe does. Read-only: the selector decides exactly as it does in ``pdctl evaluate``.
+holds at 0.9), how many group-intervals each rule acted in, and every change of a group's rule with its time.
+``--rate-scale`` multiplies every tenant's request rate, as a rate sweep's probe does. Read-only: the selector
+decides exactly as it does in ``pdctl evaluate``.
 """
 
 from __future__ import annotations
@@ -55,10 +56,16 @@ def main() -> None:
     env = episode_env(scenario, policy, args.traces)
     print("# rules:", ", ".join(selector.manifest.rules))
     acted: Counter[str] = Counter()
+    acting: dict[str, str] = {}
+    changes: list[str] = []
 
     def on_interval(env: PDClusterEnv, step: ControlStep) -> None:
         chosen = selector.chosen_rules()
         acted.update(chosen.values())
+        for group, rule in chosen.items():
+            if group in acting and acting[group] != rule:
+                changes.append(f"{env.sim.now_s:.0f} s {group}: {acting[group]} -> {rule}")
+            acting[group] = rule
         ratios = " ".join("[" + ",".join(f"{v:.2f}" for v in row) + "]" for row in last.get("ratio", []))
         print(f"{env.sim.now_s:7.0f}s {chosen} {ratios} reward={step.reward:.2f}")
 
@@ -68,6 +75,7 @@ def main() -> None:
     print(f"weighted goodput {weighted_goodput_rps(sim, env.tenants, env.scenario.duration_s):.4f} rps")
     print(f"requests meeting both SLOs {met}/{arrived} = {met / max(arrived, 1):.3f}")
     print("group-intervals per rule: " + ", ".join(f"{rule}={acted[rule]}" for rule in selector.manifest.rules))
+    print("rule changes: " + ("; ".join(changes) if changes else "none"))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 from pathlib import Path
@@ -26,11 +27,14 @@ def test_a_scaled_trace_ends_on_the_goodput_and_attainment_of_the_same_scaled_ev
     assert lines[0].startswith("# rules: dynamo-legacy, aggregated")
     intervals = [line for line in lines if re.match(r"\s+\d+s \{'main': '", line)]
     assert len(intervals) >= 50
-    acted = dict(item.split("=") for item in lines[-1].removeprefix("group-intervals per rule: ").split(", "))
+    acted = dict(item.split("=") for item in lines[-2].removeprefix("group-intervals per rule: ").split(", "))
     assert list(acted) == lines[0].removeprefix("# rules: ").split(", ")
     assert {rule: int(n) for rule, n in acted.items()} == {
         rule: sum(f"'main': '{rule}'" in line for line in intervals) for rule in acted
     }  # one group: each interval's rule counted once
+    timeline = [re.match(r"\s+(\d+)s \{'main': '([^']+)'", line).groups() for line in intervals]  # type: ignore[union-attr]
+    changes = [f"{t} s main: {a} -> {b}" for (_, a), (t, b) in itertools.pairwise(timeline) if a != b]
+    assert lines[-1] == "rule changes: " + ("; ".join(changes) if changes else "none")
     goodput = float(re.search(r"weighted goodput ([0-9.]+) rps", out.stdout).group(1))  # type: ignore[union-attr]
     met, arrived = map(int, re.search(r"both SLOs (\d+)/(\d+)", out.stdout).groups())  # type: ignore[union-attr]
     spec = RunSpec("learned:default", str(SCENARIO), 1000, rate_scale=0.0625, traces_dir=str(traces_dir))
