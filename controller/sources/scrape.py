@@ -64,6 +64,16 @@ def _labels(inner: str | None) -> list[tuple[str, str]] | None:
     return pairs
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _label_key(inner: str | None, extra: tuple[tuple[str, str], ...]) -> LabelKey | None:
+    """A sample's label set (its own labels and ``extra``), ``None`` if the fast path cannot read them.
+
+    Memoised: a scrape repeats the label sets of the one before (only the values change), so each is read once.
+    """
+    pairs = _labels(inner)
+    return None if pairs is None else frozenset((*pairs, *extra))
+
+
 def _sample_name(line: str) -> str:
     brace, space = line.find("{"), line.find(" ")
     if brace >= 0 and (space < 0 or brace < space):
@@ -71,11 +81,36 @@ def _sample_name(line: str) -> str:
     return line[:space] if space >= 0 else line.split("\t", 1)[0]
 
 
+_Node = dict[str, "_Node"]
+
+
+def _prefix_tree_pattern(words: Iterable[str]) -> str:
+    """A regex matching exactly ``words``, their common prefixes factored out (a branch fails on its first char)."""
+    tree: _Node = {}
+    for word in words:
+        node = tree
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def emit(node: _Node) -> str:
+        branches = [re.escape(char) + emit(child) for char, child in sorted(node.items()) if char]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return emit(tree)
+
+
 @functools.lru_cache(maxsize=16)
 def _line_filter(wanted: frozenset[str]) -> re.Pattern[str]:
-    """One regex finding the sample lines of the wanted names (the scan runs in C, not per line in Python)."""
-    names = "|".join(re.escape(name) for name in sorted(wanted, key=len, reverse=True))
-    return re.compile(rf"^(?:{names})(?=[{{ \t])[^\n]*", re.MULTILINE)
+    """One regex finding the sample lines of the wanted names in the text behind one more newline.
+
+    The scan runs in C and jumps from newline to newline (the pattern starts with a literal), and the names are
+    one prefix tree, so a line of another metric is dropped after a few characters.
+    """
+    return re.compile(rf"\n({_prefix_tree_pattern(wanted)}(?=[{{ \t])[^\n]*)")
 
 
 def parse_exposition(
@@ -92,20 +127,19 @@ def parse_exposition(
     if wanted is None:
         lines = (line for line in text.splitlines() if line and line[0] != "#")
     else:
-        lines = _line_filter(wanted).findall(text)
+        lines = _line_filter(wanted).findall("\n" + text)
     for line in lines:
         name = _sample_name(line)
         if (wanted is not None and name not in wanted) or name.endswith("_created"):
             continue
         match = _SAMPLE.fullmatch(line)
-        pairs = _labels(match.group(2)) if match is not None else None
-        if match is None or pairs is None:
+        key = _label_key(match.group(2), extra) if match is not None else None
+        if match is None or key is None:
             for family in text_string_to_metric_families(line + "\n"):
                 for sample in family.samples:
-                    key: LabelKey = frozenset((*sample.labels.items(), *extra))
-                    into.setdefault(sample.name, {})[key] = float(sample.value)
+                    into.setdefault(sample.name, {})[frozenset((*sample.labels.items(), *extra))] = float(sample.value)
             continue
-        into.setdefault(name, {})[frozenset((*pairs, *extra))] = float(match.group(3))
+        into.setdefault(name, {})[key] = float(match.group(3))
 
 
 def wanted_samples(queries: Sequence[Query]) -> frozenset[str]:
@@ -113,7 +147,9 @@ def wanted_samples(queries: Sequence[Query]) -> frozenset[str]:
     return frozenset(q.metric + "_bucket" if q.kind in ("buckets", "quantile") else q.metric for q in queries)
 
 
-def _project(key: LabelKey, by: Sequence[str]) -> tuple[tuple[str, str], ...] | None:
+@functools.lru_cache(maxsize=1 << 16)
+def _project(key: LabelKey, by: tuple[str, ...]) -> tuple[tuple[str, str], ...] | None:
+    """``key``'s values of the labels ``by``, in that order; ``None`` if it lacks one (memoised like the keys)."""
     labels = dict(key)
     if any(name not in labels for name in by):
         return None

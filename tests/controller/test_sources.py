@@ -274,10 +274,12 @@ def test_fast_parser_equals_prometheus_client_on_real_expositions() -> None:
         router.record(
             RequestRecord("r", 0.0, tenant, "remote_prefill", "long_prompt", True, 3000, 100, ttft_s=0.2, tpot_s=0.01)
         )
-    for text in (generate_latest(registry).decode(), generate_latest(router_registry).decode()):
+    texts = (generate_latest(registry).decode(), generate_latest(router_registry).decode())
+    # each text twice and under two endpoints: the second read of a label set comes from the parser's memo
+    for text, extra in [(text, {"instance_id": x}) for text in texts for x in ("x", "y", "x")]:
         mine: dict[str, dict[frozenset[tuple[str, str]], float]] = {}
-        parse_exposition(text, {"instance_id": "x"}, mine)
-        reference = reference_parse(text, {"instance_id": "x"})
+        parse_exposition(text, extra, mine)
+        reference = reference_parse(text, extra)
         assert mine.keys() == reference.keys()
         for name, series in reference.items():
             assert mine[name].keys() == series.keys(), name
@@ -287,6 +289,29 @@ def test_fast_parser_equals_prometheus_client_on_real_expositions() -> None:
     only: dict[str, dict[frozenset[tuple[str, str]], float]] = {}
     parse_exposition(generate_latest(router_registry).decode(), {}, only, wanted)
     assert set(only) == {"pdctl_router_requests_total"}
+
+
+_NAME_PARTS = st.sampled_from(["vllm:", "vllm:num_", "requests", "_total", "_bucket", "kv", "x"])
+
+
+@given(
+    wanted=st.frozensets(st.lists(_NAME_PARTS, min_size=1, max_size=3).map("".join), min_size=1, max_size=6),
+    lines=st.lists(
+        st.tuples(st.lists(_NAME_PARTS, min_size=1, max_size=3).map("".join),
+                  st.sampled_from(['{a="1"} 2', " 3", "\t4", "_created 5", "{} 6", "", "# HELP"])),
+        max_size=12,
+    ),
+)  # fmt: skip
+def test_the_line_filter_keeps_exactly_the_lines_of_wanted_names(wanted: frozenset[str], lines: list) -> None:
+    from controller.sources.scrape import _line_filter
+
+    text = "\n".join(name + rest for name, rest in lines)
+    expected = [
+        line
+        for line in text.split("\n")
+        if any(line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " ", "\t") for name in wanted)
+    ]
+    assert _line_filter(wanted).findall("\n" + text) == expected
 
 
 def test_malformed_exposition_is_refused_whole() -> None:
