@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 import json
 import os
 from collections import Counter
@@ -39,7 +38,9 @@ from typing import Any
 
 import numpy as np
 
+from agents.gate import file_sha256
 from agents.policy_specs import make_policy
+from agents.result_rows import read_rows
 from agents.runs import episode_env, run_episode
 from agents.selector_branch import find_selector
 from env.gym_env import resolve_scenario
@@ -59,31 +60,24 @@ def _geomean(ratios: list[float]) -> float | None:
     return float(np.exp(np.mean(np.log(np.maximum(ratios, 1e-6))))) if ratios else None
 
 
-def read_rows(paths: list[Path], scenario_dir: Path) -> dict[str, dict[str, tuple[float, float]]]:
-    """Scenario → policy → (weighted goodput, offered weighted rate) of each ``ALL`` row at rate scale 1.
+def check_scenario_files(paths: list[Path], scenario_dir: Path) -> None:
+    """Refuse, in one line, a row measured on another scenario file than the one in ``scenario_dir``.
+
+    Its ``scenario_sha256`` against the file's; a missing file is refused too. The rows' values are read by
+    :func:`agents.result_rows.read_rows` (which refuses rows of another simulator than this checkout's).
 
     Raises:
-        SystemExit: a row was measured on another scenario file than the one in ``scenario_dir`` (its
-            ``scenario_sha256``), or the file is missing.
+        SystemExit: a file is missing or differs.
     """
-    table: dict[str, dict[str, tuple[float, float]]] = {}
     for path in paths:
-        with path.open() as handle:
+        with path.open(newline="") as handle:
             for row in csv.DictReader(handle):
-                if row["tenant"] != "ALL" or float(row["rate_scale"]) != 1.0:
-                    continue
                 scenario = scenario_dir / f"{row['scenario']}.yaml"
                 if not scenario.is_file():
                     raise SystemExit(f"{path}: scenario {row['scenario']}: no file {scenario}")
                 pinned = row.get("scenario_sha256")
-                if pinned and hashlib.sha256(scenario.read_bytes()).hexdigest() != pinned:
+                if pinned and file_sha256(scenario) != pinned:
                     raise SystemExit(f"{path}: scenario {row['scenario']}: {scenario} is not the file it was run on")
-                offered = float(row["offered_weighted_rps_mean"] or 0.0)
-                table.setdefault(row["scenario"], {})[row["policy"]] = (
-                    float(row["weighted_goodput_rps_mean"]),
-                    offered,
-                )
-    return table
 
 
 def group_windows(scenario: Path, spec: str, seed: int, traces: Path) -> tuple[RuleSelector, list[np.ndarray]]:
@@ -131,7 +125,8 @@ def main() -> None:
     if not windows or min(windows) < 1:
         raise SystemExit(f"--windows: {args.windows!r} is not a list of positive counts")
     prior = RuleSelector.load(args.prior)
-    measured = read_rows(args.rows, args.scenario_dir)
+    check_scenario_files(args.rows, args.scenario_dir)
+    measured = read_rows(args.rows)
     results = []
     rules: list[str] = []
     for name, row in sorted(measured.items()):

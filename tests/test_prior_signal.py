@@ -21,22 +21,29 @@ RESULTS = REPO / "experiments/results/families/episode-prior"
 
 
 def test_rows_are_the_all_rows_at_the_scenarios_load_and_of_the_scenario_file(tmp_path: Path) -> None:
+    from agents.evaluate import simulator_digest
+
+    here = simulator_digest()
     (tmp_path / "s1.yaml").write_text("name: s1\n")
     digest = hashlib.sha256(b"name: s1\n").hexdigest()
     path = tmp_path / "rows.csv"
-    header = "policy,scenario,rate_scale,tenant,weighted_goodput_rps_mean,offered_weighted_rps_mean,scenario_sha256\n"
+    header = (
+        "policy,scenario,rate_scale,tenant,weighted_goodput_rps_mean,offered_weighted_rps_mean,scenario_sha256,"
+        "simulator_sha256\n"
+    )
     path.write_text(
         header
-        + f"baseline:aggregated,s1,1.0,ALL,3.0,4.0,{digest}\n"
-        + f"baseline:aggregated,s1,2.0,ALL,9.0,8.0,{digest}\n"
-        + f"baseline:aggregated,s1,1.0,chat,1.0,1.0,{digest}\n"
+        + f"baseline:aggregated,s1,1.0,ALL,3.0,4.0,{digest},{here}\n"
+        + f"baseline:aggregated,s1,2.0,ALL,9.0,8.0,{digest},{here}\n"
+        + f"baseline:aggregated,s1,1.0,chat,1.0,1.0,{digest},{here}\n"
     )
-    assert signal.read_rows([path], tmp_path) == {"s1": {"baseline:aggregated": (3.0, 4.0)}}
+    signal.check_scenario_files([path], tmp_path)
+    assert signal.read_rows([path]) == {"s1": {"baseline:aggregated": (3.0, 4.0)}}
     (tmp_path / "s1.yaml").write_text("name: s1 changed\n")
     with pytest.raises(SystemExit, match="is not the file it was run on"):
-        signal.read_rows([path], tmp_path)
+        signal.check_scenario_files([path], tmp_path)
     with pytest.raises(SystemExit, match="no file"):
-        signal.read_rows([path], tmp_path / "elsewhere")
+        signal.check_scenario_files([path], tmp_path / "elsewhere")
 
 
 def test_a_pick_averages_ratios_over_each_groups_first_windows_then_over_groups() -> None:
