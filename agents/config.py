@@ -335,6 +335,15 @@ class SelectorConfig(_Strict, SelectorBehaviour):
     """Control intervals between two branch points of a DAgger round (the first at half of it)."""
     branch_group_weight: Annotated[float, Field(gt=0, le=100)] = 1.0
     """What one branched group weighs in the fit, relative to one group of the rules' rollouts."""
+    rollout_request_budget: Annotated[int, Field(ge=1)] | None = None
+    """Stop a rollout whose scenario offers more requests than this (at its rate scale) at the end of the control
+    interval in which the budget's last request arrives, but not before ``rollout_min_intervals`` intervals
+    (:func:`agents.selector_data.rollout_stop_s`); its groups keep the bins before their first request still in
+    flight, exactly what the whole episode records there. A few scenarios (large groups of a small model at high
+    load) offer a hundred times the median's requests and would otherwise take most of the rollout time. Needs
+    ``label_window_intervals``; not with ``branch_rounds``. Unset: every rollout runs its whole episode."""
+    rollout_min_intervals: Annotated[int, Field(ge=1, le=1000)] = 20
+    """The fewest control intervals a rollout stopped at ``rollout_request_budget`` runs."""
     admission_ttft_slack_frac: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     """Run every rollout (and branch) behind the router's admission stage with this TTFT slack
     (:class:`policies.admission.AdmissionConfig`), so the labels are what each rule achieves behind it; the held-out
@@ -357,6 +366,12 @@ class SelectorConfig(_Strict, SelectorBehaviour):
             raise ValueError("equal_window_weights: needs label_window_intervals (an episode label has one window)")
         if self.branch_rounds and self.label_window_intervals is None:
             raise ValueError("branch_rounds: needs label_window_intervals (a branch is labelled over a window)")
+        if self.rollout_request_budget is not None and self.label_window_intervals is None:
+            raise ValueError(
+                "rollout_request_budget: needs label_window_intervals (a stopped rollout has no episode goodput)"
+            )
+        if self.rollout_request_budget is not None and self.branch_rounds:
+            raise ValueError("rollout_request_budget: not with branch_rounds (branches run whole episodes)")
         for name, scales in (("rate_scales", self.rate_scales), ("bandwidth_scales", self.bandwidth_scales)):
             if len(set(scales)) != len(scales):
                 raise ValueError(f"{name}: a scale is listed twice")

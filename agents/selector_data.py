@@ -19,7 +19,7 @@ import pickle
 import time
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
@@ -30,6 +30,9 @@ from agents.policy_specs import make_policy
 from agents.runs import episode_env, run_episode, scale_bandwidth, scale_rates
 from env.gym_env import PDClusterEnv, resolve_scenario
 from env.scenario import Scenario
+from env.sim.build import generate_workloads
+from env.sim.records import SimRequest
+from env.sim.simulator import ClusterSimulator
 from policies.admission import AdmissionConfig
 from policies.base import Policy, PolicyContext
 from policies.features import Observation
@@ -44,6 +47,7 @@ __all__ = [
     "SelectorDataset",
     "cached_rollouts",
     "collect_rollouts",
+    "rollout_stop_s",
     "rule_rollout",
     "selector_targets",
     "shared_transfer_inputs",
@@ -73,6 +77,20 @@ class RolloutTask:
     admission_ttft_slack_frac: float | None = None
     """The rule runs behind the router's admission stage with this slack (:class:`policies.admission.AdmissionConfig`);
     None: every request admitted."""
+    stop_s: float | None = None
+    """Stop the episode once this much simulated time has passed (:func:`rollout_stop_s`), undrained; the rollout
+    then keeps only the bins whose every request's outcome is known by then (:func:`rule_rollout`). None: the whole
+    episode, drained. Last, so cached tasks written before it read as None (``__setstate__``)."""
+
+    def __setstate__(self, state: Sequence[Any]) -> None:
+        """Read a pickled task; fields added since it was written (at the end) take their defaults."""
+        names = fields(self)
+        for field, value in zip(names, state, strict=False):
+            object.__setattr__(self, field.name, value)
+        for field in names[len(state) :]:
+            if field.default is MISSING:
+                raise TypeError(f"RolloutTask: a pickled task lacks the field {field.name!r}")
+            object.__setattr__(self, field.name, field.default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,15 +149,63 @@ def task_scenario(scenario_path: str, traces_dir: str | None, rate_scale: float,
     return scale_bandwidth(scenario, bandwidth_scale)
 
 
+def rollout_stop_s(scenario: Scenario, seed: int, request_budget: int, min_intervals: int) -> float | None:
+    """When a rollout of ``scenario`` (rates and link as it will run) stops to cost about ``request_budget`` requests.
+
+    A rollout's cost grows with the requests it simulates, and a few scenarios (large groups of a small model at a
+    high load) offer a hundred times the median's: cut at a request budget, they no longer decide how many
+    scenarios a training run can afford. The stop is the end of the control interval in which the budget's last
+    request arrives (episode seed ``seed``, as :func:`rule_rollout` draws it), but never before ``min_intervals``
+    intervals, so every scenario still contributes windows of its own. None: the episode offers no more than the
+    budget, or the stop would not come before its end.
+    """
+    streams = [columns.arrival_s for columns in generate_workloads(scenario, seed).values()]
+    arrivals = np.sort(np.concatenate(streams)) if streams else np.zeros(0)
+    if len(arrivals) <= request_budget:
+        return None
+    interval_s = scenario.control_interval_s
+    stop_s = max(math.ceil(float(arrivals[request_budget - 1]) / interval_s), min_intervals) * interval_s
+    return None if stop_s >= scenario.duration_s - 1e-9 else float(stop_s)
+
+
+def _known_bins(sim: ClusterSimulator, tenants: Sequence[int], bin_s: float, bins: int) -> int:
+    """How many leading bins of a stopped run hold only requests that finished or failed before the stop.
+
+    Their outcomes are the whole episode's: the run up to the stop is the episode's own, and nothing after it
+    reaches back. A request still in flight could yet meet its objectives or miss them (the simulator records a
+    closed-form decode run's tokens when the run ends, so a missing first token does not mean a missed TTFT), and a
+    bin that does not end before the stop is not known either. Each tenant's requests are in arrival order, so its
+    first one in flight ends the known bins.
+    """
+    known = min(bins, math.floor(sim.now_s / bin_s + 1e-9))
+    for ti in tenants:
+        for request in sim.arrived[ti]:
+            if request.arrival_s >= known * bin_s:
+                break
+            if request.status == SimRequest.IN_FLIGHT:
+                known = int(request.arrival_s // bin_s)
+                break
+    return known
+
+
 def rule_rollout(task: RolloutTask) -> list[GroupRollout]:
-    """Run ``task`` and return one :class:`GroupRollout` per tenant group (module docstring)."""
+    """Run ``task`` and return one :class:`GroupRollout` per tenant group (module docstring).
+
+    With :attr:`RolloutTask.stop_s` the episode ends there, undrained, and each group keeps the bins before its
+    first request still in flight (:func:`_known_bins`): those bins are exactly what the whole
+    episode would have recorded, since nothing after the stop reaches back. Its goodput and offered load are then
+    over those bins.
+    """
     start = time.perf_counter()
     scenario = task_scenario(task.scenario_path, task.traces_dir, task.rate_scale, task.bandwidth_scale)
     recorder = _Recorder(make_policy(f"baseline:{task.rule}", scenario))
     env = episode_env(
         scenario, recorder.inner, task.traces_dir, admission=AdmissionConfig(task.admission_ttft_slack_frac)
     )
-    sim = run_episode(env, recorder, task.seed).sim
+    stop_s = task.stop_s
+    stop = None if stop_s is None else (lambda e: e.sim.now_s >= stop_s - 1e-9)
+    episode = run_episode(env, recorder, task.seed, stop=stop)
+    sim = episode.sim
     duration_s = scenario.duration_s
     bin_s = scenario.control_interval_s
     edges = np.arange(math.ceil(duration_s / bin_s) + 1) * bin_s
@@ -151,6 +217,15 @@ def rule_rollout(task: RolloutTask) -> list[GroupRollout]:
         met_per_bin = np.zeros(len(edges) - 1)
         for ti, tenant in members:
             met_per_bin += tenant.priority * np.histogram(slo_met_arrivals_s(sim, ti), bins=edges)[0]
+        span_s = duration_s  # every arrival falls in a bin
+        offered = sum(t.priority * len(sim.arrived[ti]) for ti, t in members)
+        if episode.stopped:
+            known = _known_bins(sim, [ti for ti, _ in members], bin_s, len(met_per_bin))
+            met_per_bin = met_per_bin[:known]
+            span_s = max(known * bin_s, bin_s)
+            offered = sum(
+                t.priority * sum(1 for r in sim.arrived[ti] if r.arrival_s < known * bin_s) for ti, t in members
+            )
         out.append(
             GroupRollout(
                 scenario=scenario.name,
@@ -158,8 +233,8 @@ def rule_rollout(task: RolloutTask) -> list[GroupRollout]:
                 group=group.name,
                 rule=task.rule,
                 inputs=inputs[:, gi, :].astype(np.float32),
-                weighted_goodput_rps=float(met_per_bin.sum()) / duration_s,  # every arrival falls in a bin
-                offered_weighted_rps=sum(t.priority * len(sim.arrived[ti]) for ti, t in members) / duration_s,
+                weighted_goodput_rps=float(met_per_bin.sum()) / span_s,
+                offered_weighted_rps=offered / span_s,
                 wall_s=wall_s,
                 rate_scale=task.rate_scale,
                 decision_s=np.asarray(recorder.decision_s, dtype=np.float64),
@@ -319,19 +394,38 @@ class SelectorDataset:
     """How many of them each rule is best on."""
 
 
-def window_goodput(rollout: GroupRollout, window_intervals: int) -> np.ndarray:
+def _per_bin(rollout: GroupRollout) -> np.ndarray:
+    """The rollout's per-bin record (:attr:`GroupRollout.met_weighted_per_bin`).
+
+    Raises:
+        ValueError: it has none.
+    """
+    if rollout.decision_s is None or rollout.met_weighted_per_bin is None or rollout.bin_s <= 0:
+        raise ValueError(f"scenario {rollout.scenario} rule {rollout.rule}: the rollout has no per-interval record")
+    return rollout.met_weighted_per_bin
+
+
+def _decided_bins(rollout: GroupRollout) -> np.ndarray:
+    """``[intervals]``: the bin each decision of the rollout starts (its label window's first)."""
+    _per_bin(rollout)
+    assert rollout.decision_s is not None  # checked by _per_bin
+    return np.round(rollout.decision_s / rollout.bin_s).astype(np.int64)
+
+
+def window_goodput(rollout: GroupRollout, window_intervals: int, bins: int | None = None) -> np.ndarray:
     """``[intervals]``: the weighted goodput of the requests arriving in ``window_intervals`` bins from each decision.
+
+    ``bins`` counts only the first so many bins (the rollouts of a group stopped early know different numbers).
 
     Raises:
         ValueError: the rollout has no per-bin record, or ``window_intervals`` is not positive.
     """
     if window_intervals < 1:
         raise ValueError(f"window_intervals must be >= 1, got {window_intervals}")
-    if rollout.decision_s is None or rollout.met_weighted_per_bin is None or rollout.bin_s <= 0:
-        raise ValueError(f"scenario {rollout.scenario} rule {rollout.rule}: the rollout has no per-interval record")
-    cumulative = np.concatenate([[0.0], np.cumsum(rollout.met_weighted_per_bin)])
-    bins = len(rollout.met_weighted_per_bin)
-    first = np.clip(np.round(rollout.decision_s / rollout.bin_s).astype(np.int64), 0, bins)
+    per_bin = _per_bin(rollout)
+    cumulative = np.concatenate([[0.0], np.cumsum(per_bin)])
+    bins = len(per_bin) if bins is None else min(bins, len(per_bin))
+    first = np.clip(_decided_bins(rollout), 0, bins)
     last = np.minimum(first + window_intervals, bins)
     out: np.ndarray = cumulative[last] - cumulative[first]
     return out
@@ -379,7 +473,9 @@ def selector_targets(
     With it set, the sample of interval *k* is labelled by what each rule's rollout achieved on the requests
     arriving in the ``window_intervals`` intervals from *k* on (:func:`window_goodput`; every rule's rollout sees
     the same arrivals), so an incident or a surge is labelled where it happens; each window then weighs in
-    proportion to its best rule's goodput, and windows where nothing met its objectives are left out.
+    proportion to its best rule's goodput, and windows where nothing met its objectives are left out. Rollouts
+    stopped at a request budget (:func:`rule_rollout`) know their first bins only, not all as many: a group's windows
+    count the bins every rule's rollout knows, so a decision past them has an empty window and is left out.
 
     With ``share_transfer`` each rollout's unknown KV-transfer features are taken from a sibling rollout of the
     same group and interval (:func:`shared_transfer_inputs`).
@@ -428,11 +524,14 @@ def selector_targets(
         if window_intervals is None:
             ratios = np.repeat((goodput / goodput.max())[None, :], intervals, axis=0)
             importance = np.ones(intervals)
+            keep = importance > 0
         else:
-            windowed = np.stack([window_goodput(per_rule[r], window_intervals) for r in rules], axis=1)
+            # rollouts stopped early know their first bins only, and not all as many: label on the bins all know
+            known = min(len(_per_bin(per_rule[r])) for r in rules)
+            windowed = np.stack([window_goodput(per_rule[r], window_intervals, known) for r in rules], axis=1)
             importance = windowed.max(1)
             ratios = windowed / np.maximum(importance, 1e-12)[:, None]
-        keep = importance > 0
+            keep = importance > 0  # a decision past the known bins has an empty window
         if not keep.any():
             continue
         labelled += 1

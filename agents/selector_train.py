@@ -6,7 +6,8 @@
    (:func:`agents.selector_data.collect_rollouts`); each tenant group's inputs at every interval and its goodput,
    per interval and over the episode, are kept per task in ``OUT/rollouts.pkl``, which a rerun into the same folder
    reads instead of simulating those tasks again (:func:`agents.selector_data.cached_rollouts`; the reported wall
-   time is still that of a run from scratch).
+   time is still that of a run from scratch). With ``selector.rollout_request_budget`` a rollout of a scenario that
+   offers more requests stops early (:func:`agents.selector_data.rollout_stop_s`) and keeps the bins it knows.
 2. **Label** — per group, each rule's goodput over the best rule's, over the episode or over the
    ``selector.label_window_intervals`` from each interval (:func:`agents.selector_data.selector_targets`): a
    hindsight label, used for training only.
@@ -43,7 +44,7 @@ from agents.selector_branch import (
     policy_digest,
     with_branches,
 )
-from agents.selector_data import ROLLOUT_CACHE_NAME, RolloutTask, cached_rollouts
+from agents.selector_data import ROLLOUT_CACHE_NAME, RolloutTask, cached_rollouts, rollout_stop_s, task_scenario
 from agents.selector_fit import export_selector, fit_recipe, label_recipe
 from agents.set_training import family_split_paths, held_out_paths, scenario_source
 from agents.tracking import git_commit, run_name
@@ -110,6 +111,19 @@ def train_selector(
         paths = family_split_paths(
             config, out / "train-scenarios", config.family.train_split, selector.family_scenarios
         )
+        runs = [
+            (p, rate_scale, bandwidth_scale, seed)
+            for index, p in enumerate(paths)
+            for rate_scale, bandwidth_scale in selector.rollout_conditions(index)
+            for seed in selector.seeds
+        ]
+        plan_start = time.perf_counter()
+        budget, min_intervals = selector.rollout_request_budget, selector.rollout_min_intervals
+        stops = [
+            None if budget is None else rollout_stop_s(task_scenario(str(p), None, rt, bw), sd, budget, min_intervals)
+            for p, rt, bw, sd in runs
+        ]
+        plan_s = time.perf_counter() - plan_start  # counted in the training time: a run from scratch does it too
         tasks = [
             RolloutTask(
                 str(p),
@@ -118,12 +132,13 @@ def train_selector(
                 rate_scale=rate_scale,
                 bandwidth_scale=bandwidth_scale,
                 admission_ttft_slack_frac=selector.admission_ttft_slack_frac,
+                stop_s=stop_s,
             )
-            for index, p in enumerate(paths)
-            for rate_scale, bandwidth_scale in selector.rollout_conditions(index)
-            for seed in selector.seeds
+            for (p, rate_scale, bandwidth_scale, seed), stop_s in zip(runs, stops, strict=True)
             for rule in selector.rules
         ]
+        if budget is not None and progress:
+            print(f"rollouts: {sum(s is not None for s in stops)} of {len(runs)} runs stop at the request budget")
 
         def reporter(what: str) -> Callable[[int, int], None]:
             def report(done: int, total: int) -> None:
@@ -204,15 +219,15 @@ def train_selector(
             )
         # a run from scratch, also when the rollouts or branches were cached
         fit_s = time.perf_counter() - fit_start - branch_wall_s
-        wall_s = rollout_s + branch_s + fit_s
+        wall_s = plan_s + rollout_s + branch_s + fit_s
         for epoch, loss in enumerate(fit.losses):
             mlflow.log_metric("selector/loss", loss, step=epoch)
         mlflow.log_metrics({"selector/agreement_frac": fit.agreement_frac, "selector/labelled_groups": data.groups,
-                            "time/rollout_s": rollout_s, "time/branch_s": branch_s, "time/fit_s": fit_s,
-                            "time/train_wall_s": wall_s,
+                            "time/plan_s": plan_s, "time/rollout_s": rollout_s, "time/branch_s": branch_s,
+                            "time/fit_s": fit_s, "time/train_wall_s": wall_s,
                             "time/env_steps_per_s": intervals / max(rollout_s + branch_s, 1e-9)})  # fmt: skip
         summary = {"labelled_groups": data.groups, "best_counts": data.best_counts, "losses": fit.losses,
-                   "agreement_frac": fit.agreement_frac, "rollout_s": rollout_s, "branch_s": branch_s,
+                   "agreement_frac": fit.agreement_frac, "plan_s": plan_s, "rollout_s": rollout_s, "branch_s": branch_s,
                    "fit_s": fit_s, "intervals": intervals}  # fmt: skip
         (out / "selector-fit.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         mlflow.log_dict(summary, "selector-fit.json")
