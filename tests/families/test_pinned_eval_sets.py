@@ -37,6 +37,7 @@ PINS = {  # pin name: (split, pin file)
     "validation-1600": ("validation", ROOT / "experiments" / "families" / "default-validation-1600.sha256"),
     "validation-1720": ("validation", ROOT / "experiments" / "families" / "default-validation-1720.sha256"),
     "validation-1920": ("validation", ROOT / "experiments" / "families" / "default-validation-1920.sha256"),
+    "validation-2000": ("validation", ROOT / "experiments" / "families" / "default-validation-2000.sha256"),
     "test-40": ("test", ROOT / "experiments" / "families" / "default-test-40.sha256"),
     "test-80": ("test", ROOT / "experiments" / "families" / "default-test-80.sha256"),
     "test-120": ("test", ROOT / "experiments" / "families" / "default-test-120.sha256"),
