@@ -78,8 +78,8 @@ class RolloutTask:
     """The rule runs behind the router's admission stage with this slack (:class:`policies.admission.AdmissionConfig`);
     None: every request admitted."""
     stop_s: float | None = None
-    """Stop the episode once this much simulated time has passed (:func:`rollout_stop_s`), undrained; the rollout
-    then keeps only the bins whose every request's outcome is known by then (:func:`rule_rollout`). None: the whole
+    """Stop the episode once this much simulated time has passed (:func:`rollout_stop_s`), undrained; each group
+    then keeps only the bins before its first request still in flight (:func:`rule_rollout`). None: the whole
     episode, drained. Last, so cached tasks written before it read as None (``__setstate__``)."""
 
     def __setstate__(self, state: Sequence[Any]) -> None:
@@ -405,13 +405,6 @@ def _per_bin(rollout: GroupRollout) -> np.ndarray:
     return rollout.met_weighted_per_bin
 
 
-def _decided_bins(rollout: GroupRollout) -> np.ndarray:
-    """``[intervals]``: the bin each decision of the rollout starts (its label window's first)."""
-    _per_bin(rollout)
-    assert rollout.decision_s is not None  # checked by _per_bin
-    return np.round(rollout.decision_s / rollout.bin_s).astype(np.int64)
-
-
 def window_goodput(rollout: GroupRollout, window_intervals: int, bins: int | None = None) -> np.ndarray:
     """``[intervals]``: the weighted goodput of the requests arriving in ``window_intervals`` bins from each decision.
 
@@ -425,7 +418,8 @@ def window_goodput(rollout: GroupRollout, window_intervals: int, bins: int | Non
     per_bin = _per_bin(rollout)
     cumulative = np.concatenate([[0.0], np.cumsum(per_bin)])
     bins = len(per_bin) if bins is None else min(bins, len(per_bin))
-    first = np.clip(_decided_bins(rollout), 0, bins)
+    assert rollout.decision_s is not None  # checked by _per_bin
+    first = np.clip(np.round(rollout.decision_s / rollout.bin_s).astype(np.int64), 0, bins)
     last = np.minimum(first + window_intervals, bins)
     out: np.ndarray = cumulative[last] - cumulative[first]
     return out
@@ -524,14 +518,13 @@ def selector_targets(
         if window_intervals is None:
             ratios = np.repeat((goodput / goodput.max())[None, :], intervals, axis=0)
             importance = np.ones(intervals)
-            keep = importance > 0
         else:
             # rollouts stopped early know their first bins only, and not all as many: label on the bins all know
             known = min(len(_per_bin(per_rule[r])) for r in rules)
             windowed = np.stack([window_goodput(per_rule[r], window_intervals, known) for r in rules], axis=1)
             importance = windowed.max(1)
             ratios = windowed / np.maximum(importance, 1e-12)[:, None]
-            keep = importance > 0  # a decision past the known bins has an empty window
+        keep = importance > 0  # a decision past the bins every rollout knows has an empty window
         if not keep.any():
             continue
         labelled += 1
