@@ -17,9 +17,11 @@ from __future__ import annotations
 import math
 import pickle
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import MISSING, dataclass, fields
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
@@ -54,6 +56,8 @@ __all__ = [
     "task_scenario",
     "window_goodput",
 ]
+
+_ARRIVAL_S = attrgetter("arrival_s")
 
 ROLLOUT_CACHE_NAME = "rollouts.pkl"
 """The rollouts of a selector run, kept per task in its output folder so a refit (another label window, loss or
@@ -217,15 +221,15 @@ def rule_rollout(task: RolloutTask) -> list[GroupRollout]:
         met_per_bin = np.zeros(len(edges) - 1)
         for ti, tenant in members:
             met_per_bin += tenant.priority * np.histogram(slo_met_arrivals_s(sim, ti), bins=edges)[0]
-        span_s = duration_s  # every arrival falls in a bin
-        offered = sum(t.priority * len(sim.arrived[ti]) for ti, t in members)
+        span_s, counted_before_s = duration_s, math.inf  # every arrival falls in a bin
         if episode.stopped:
             known = _known_bins(sim, [ti for ti, _ in members], bin_s, len(met_per_bin))
             met_per_bin = met_per_bin[:known]
-            span_s = max(known * bin_s, bin_s)
-            offered = sum(
-                t.priority * sum(1 for r in sim.arrived[ti] if r.arrival_s < known * bin_s) for ti, t in members
-            )
+            counted_before_s = known * bin_s
+            span_s = max(counted_before_s, bin_s)
+        offered = sum(  # each tenant's requests are in arrival order
+            t.priority * bisect_left(sim.arrived[ti], counted_before_s, key=_ARRIVAL_S) for ti, t in members
+        )
         out.append(
             GroupRollout(
                 scenario=scenario.name,
