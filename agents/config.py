@@ -344,6 +344,12 @@ class SelectorConfig(_Strict, SelectorBehaviour):
     ``label_window_intervals``; not with ``branch_rounds``. Unset: every rollout runs its whole episode."""
     rollout_min_intervals: Annotated[int, Field(ge=1, le=1000)] = 20
     """The fewest control intervals a rollout stopped at ``rollout_request_budget`` runs."""
+    rollout_late_misses: bool = False
+    """A rollout stopped at ``rollout_request_budget`` also keeps the bins whose requests still in flight at the stop
+    are certain misses: their first token cannot come within the TTFT objective (not yet scheduled on the decode
+    instance that emits it, with the objective already past, or first scheduled there after it). Under overload
+    the first request in flight arrives early, and without this a stopped busy group keeps few bins. Needs
+    ``rollout_request_budget``."""
     admission_ttft_slack_frac: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     """Run every rollout (and branch) behind the router's admission stage with this TTFT slack
     (:class:`policies.admission.AdmissionConfig`), so the labels are what each rule achieves behind it; the held-out
@@ -370,6 +376,8 @@ class SelectorConfig(_Strict, SelectorBehaviour):
             raise ValueError(
                 "rollout_request_budget: needs label_window_intervals (a stopped rollout has no episode goodput)"
             )
+        if self.rollout_late_misses and self.rollout_request_budget is None:
+            raise ValueError("rollout_late_misses: needs rollout_request_budget (only a stopped rollout reads them)")
         if self.rollout_request_budget is not None and self.branch_rounds:
             raise ValueError("rollout_request_budget: not with branch_rounds (branches run whole episodes)")
         for name, scales in (("rate_scales", self.rate_scales), ("bandwidth_scales", self.bandwidth_scales)):

@@ -84,7 +84,12 @@ class RolloutTask:
     stop_s: float | None = None
     """Stop the episode once this much simulated time has passed (:func:`rollout_stop_s`), undrained; each group
     then keeps only the bins before its first request still in flight (:func:`rule_rollout`). None: the whole
-    episode, drained. Last, so cached tasks written before it read as None (``__setstate__``)."""
+    episode, drained. Cached tasks written before it read as None (``__setstate__``)."""
+    late_misses: bool = False
+    """With :attr:`stop_s`: a request in flight at the stop whose first token cannot come within its TTFT objective
+    counts as the miss it is in the whole episode, so its bin can still be kept (:func:`_late_first_token`).
+    Without it a stopped group keeps only the bins before its first request in flight, which under overload is
+    early. Last, so cached tasks written before it read as False."""
 
     def __setstate__(self, state: Sequence[Any]) -> None:
         """Read a pickled task; fields added since it was written (at the end) take their defaults."""
@@ -172,24 +177,47 @@ def rollout_stop_s(scenario: Scenario, seed: int, request_budget: int, min_inter
     return None if stop_s >= scenario.duration_s - 1e-9 else float(stop_s)
 
 
-def _known_bins(sim: ClusterSimulator, tenants: Sequence[int], bin_s: float, bins: int) -> int:
-    """How many leading bins of a stopped run hold only requests that finished or failed before the stop.
+def _known_bins(
+    sim: ClusterSimulator, tenants: Sequence[int], bin_s: float, bins: int, late_misses: bool = False
+) -> int:
+    """How many leading bins of a stopped run hold only requests whose outcome the stop already fixes.
 
-    Their outcomes are the whole episode's: the run up to the stop is the episode's own, and nothing after it
-    reaches back. A request still in flight could yet meet its objectives or miss them (the simulator records a
-    closed-form decode run's tokens when the run ends, so a missing first token does not mean a missed TTFT), and a
-    bin that does not end before the stop is not known either. Each tenant's requests are in arrival order, so its
-    first one in flight ends the known bins.
+    A request that finished or failed before the stop has the whole episode's outcome: the run up to the stop is
+    the episode's own, and nothing after it reaches back. A request still in flight could yet meet its objectives
+    or miss them (the simulator records a closed-form decode run's tokens when the run ends, so a missing first
+    token does not mean a missed TTFT), unless ``late_misses`` and :func:`_late_first_token` proves its first
+    token comes after its TTFT objective: then it misses in the whole episode too. A bin that does not end before
+    the stop is not known either. Each tenant's requests are in arrival order, so its first undecided one ends the
+    known bins.
     """
     known = min(bins, math.floor(sim.now_s / bin_s + 1e-9))
     for ti in tenants:
+        ttft_objective_s = sim.slo_ttft_s[ti]
         for request in sim.arrived[ti]:
             if request.arrival_s >= known * bin_s:
                 break
-            if request.status == SimRequest.IN_FLIGHT:
+            if request.status == SimRequest.IN_FLIGHT and not (
+                late_misses and _late_first_token(sim, request, ttft_objective_s)
+            ):
                 known = int(request.arrival_s // bin_s)
                 break
     return known
+
+
+def _late_first_token(sim: ClusterSimulator, request: SimRequest, ttft_objective_s: float) -> bool:
+    """Whether ``request``, in flight at ``sim.now_s``, gets its first token after its TTFT objective whatever follows.
+
+    Its first token is emitted by its decode instance's engine, at the end of a step that starts no earlier than
+    the request is first scheduled there. Until then (not routed yet, in prefill or KV transfer, or waiting in the
+    decode engine's queue) it comes after ``now_s``; once scheduled, after ``first_scheduled_s``. A request whose
+    earliest first token is already past its objective is a miss, whatever the rest of the episode does.
+    """
+    earliest_s = sim.now_s
+    if request.decode_instance >= 0:
+        engine_request = sim.instances[request.decode_instance].engine.get(request.request_id)
+        if engine_request is not None and not math.isnan(engine_request.first_scheduled_s):
+            earliest_s = engine_request.first_scheduled_s
+    return earliest_s - request.arrival_s > ttft_objective_s
 
 
 def rule_rollout(task: RolloutTask) -> list[GroupRollout]:
@@ -223,7 +251,7 @@ def rule_rollout(task: RolloutTask) -> list[GroupRollout]:
             met_per_bin += tenant.priority * np.histogram(slo_met_arrivals_s(sim, ti), bins=edges)[0]
         span_s, counted_before_s = duration_s, math.inf  # every arrival falls in a bin
         if episode.stopped:
-            known = _known_bins(sim, [ti for ti, _ in members], bin_s, len(met_per_bin))
+            known = _known_bins(sim, [ti for ti, _ in members], bin_s, len(met_per_bin), task.late_misses)
             met_per_bin = met_per_bin[:known]
             counted_before_s = known * bin_s
             span_s = max(counted_before_s, bin_s)

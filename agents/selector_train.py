@@ -133,6 +133,7 @@ def train_selector(
                 bandwidth_scale=bandwidth_scale,
                 admission_ttft_slack_frac=selector.admission_ttft_slack_frac,
                 stop_s=stop_s,
+                late_misses=selector.rollout_late_misses and stop_s is not None,
             )
             for (p, rate_scale, bandwidth_scale, seed), stop_s in zip(runs, stops, strict=True)
             for rule in selector.rules

@@ -86,6 +86,35 @@ def test_a_stopped_rollout_keeps_exactly_what_the_whole_episode_records_before_i
     assert cut_short  # under three times the load some request is in flight at the stop: its bin is not kept
 
 
+@pytest.mark.parametrize(
+    ("rate_scale", "rule", "stop_intervals"),
+    [(1.0, "dynamo-legacy", 6), (1.0, "dynamo-legacy", 8), (3.0, "aggregated", 8)],
+)
+def test_late_misses_keep_more_bins_and_still_exactly_the_whole_episodes(
+    tmp_path: Path, rate_scale: float, rule: str, stop_intervals: int
+) -> None:
+    """Requests in flight at the stop whose first token is certain to be late are read as the misses they are in
+    the whole episode: more bins are kept, each equal to the whole episode's. At 1.0x load some requests in flight
+    at these stops do meet their objectives later (or had a first token not yet recorded): counting every request
+    in flight as a miss, or reading a scheduled one as unscheduled, fails the comparison there (checked)."""
+    path = _scenario_path(tmp_path)
+    interval_s = task_scenario(str(path), None, rate_scale, 1.0).control_interval_s
+    whole_task = RolloutTask(str(path), rule, 0, rate_scale=rate_scale)
+    whole = rule_rollout(whole_task)
+    strict = rule_rollout(replace(whole_task, stop_s=stop_intervals * interval_s))
+    late = rule_rollout(replace(whole_task, stop_s=stop_intervals * interval_s, late_misses=True))
+    for w, s, lm in zip(whole, strict, late, strict=True):
+        assert w.met_weighted_per_bin is not None
+        assert s.met_weighted_per_bin is not None
+        assert lm.met_weighted_per_bin is not None
+        assert len(s.met_weighted_per_bin) <= len(lm.met_weighted_per_bin) <= stop_intervals
+        np.testing.assert_array_equal(lm.met_weighted_per_bin, w.met_weighted_per_bin[: len(lm.met_weighted_per_bin)])
+        np.testing.assert_array_equal(lm.inputs, s.inputs)
+    kept_strict = sum(len(s.met_weighted_per_bin) for s in strict if s.met_weighted_per_bin is not None)
+    kept_late = sum(len(lm.met_weighted_per_bin) for lm in late if lm.met_weighted_per_bin is not None)
+    assert kept_late > kept_strict  # some request in flight was a certain miss
+
+
 def _stopped(rule: str, met_per_bin: list[float], intervals: int) -> GroupRollout:
     bins = np.asarray(met_per_bin, dtype=np.float64)
     inputs = np.zeros((intervals, GROUP_INPUT_WIDTH), dtype=np.float32)
@@ -115,13 +144,16 @@ def test_stopped_rollouts_are_labelled_on_the_bins_every_rule_knows() -> None:
 
 def test_a_task_pickled_before_the_stop_field_reads_as_a_whole_episode() -> None:
     task = RolloutTask("s.yaml", "dynamo-legacy", 0, None, 1.5, 1.0, None)
-    state = [getattr(task, f.name) for f in fields(task)][:-1]  # as written before stop_s existed
+    state = [getattr(task, f.name) for f in fields(task)][:-2]  # as written before stop_s existed
     old = RolloutTask.__new__(RolloutTask)
     old.__setstate__(state)
     assert old == task
     assert hash(old) == hash(task)
     assert old.stop_s is None
     assert pickle.loads(pickle.dumps(replace(task, stop_s=30.0))).stop_s == 30.0
+    before_late = RolloutTask.__new__(RolloutTask)
+    before_late.__setstate__([*state, 30.0])  # as written before late_misses existed
+    assert before_late == replace(task, stop_s=30.0, late_misses=False)
 
 
 @pytest.mark.parametrize(
@@ -134,6 +166,7 @@ def test_a_task_pickled_before_the_stop_field_reads_as_a_whole_episode() -> None
         ),
         ({"rollout_request_budget": 0, "label_window_intervals": 2}, "selector.rollout_request_budget"),
         ({"rollout_min_intervals": 0}, "selector.rollout_min_intervals"),
+        ({"rollout_late_misses": True}, "rollout_late_misses: needs rollout_request_budget"),
     ],
 )
 def test_a_bad_budget_is_refused_naming_the_field(tmp_path: Path, selector: dict[str, object], message: str) -> None:
@@ -141,13 +174,19 @@ def test_a_bad_budget_is_refused_naming_the_field(tmp_path: Path, selector: dict
         load_experiment(_experiment(tmp_path, _small_family(tmp_path), **selector))
 
 
-def test_a_recipe_with_a_request_budget_stops_the_rollouts_that_offer_more(tmp_path: Path) -> None:
+@pytest.mark.parametrize("late_misses", [False, True])
+def test_a_recipe_with_a_request_budget_stops_the_rollouts_that_offer_more(tmp_path: Path, late_misses: bool) -> None:
     family = _small_family(tmp_path)
     paths = family_split_paths(load_experiment(_experiment(tmp_path, family)), tmp_path / "s", "train", 2)
     offered = sorted(len(_arrivals(p, 1.0)) for p in paths)
     budget = offered[0]  # the busier scenario offers more and stops; the other runs whole
     exp = _experiment(
-        tmp_path, family, rollout_request_budget=budget, rollout_min_intervals=2, label_window_intervals=2
+        tmp_path,
+        family,
+        rollout_request_budget=budget,
+        rollout_min_intervals=2,
+        label_window_intervals=2,
+        rollout_late_misses=late_misses,
     )
     result = train(
         load_experiment(exp),
@@ -162,4 +201,5 @@ def test_a_recipe_with_a_request_budget_stops_the_rollouts_that_offer_more(tmp_p
     assert len(tasks) == 2 * 4  # two scenarios, the four default rules
     for task in tasks:
         assert (task.stop_s is not None) == (len(_arrivals(Path(task.scenario_path), 1.0)) > budget)
+        assert task.late_misses == (late_misses and task.stop_s is not None)  # a whole episode's task is unchanged
     assert 0 < sum(task.stop_s is not None for task in tasks) < len(tasks)
