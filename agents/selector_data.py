@@ -40,6 +40,7 @@ from policies.base import Policy, PolicyContext
 from policies.features import Observation
 from policies.rule_selector import GROUP_INPUT_WIDTH, TRANSFER_COLUMNS, group_features
 from policies.schema import ControlAction
+from policies.scoring import meets_slo
 from policies.set_features import build_set_observation
 
 __all__ = [
@@ -210,14 +211,15 @@ def _late_first_token(sim: ClusterSimulator, request: SimRequest, ttft_objective
     Its first token is emitted by its decode instance's engine, at the end of a step that starts no earlier than
     the request is first scheduled there. Until then (not routed yet, in prefill or KV transfer, or waiting in the
     decode engine's queue) it comes after ``now_s``; once scheduled, after ``first_scheduled_s``. A request whose
-    earliest first token is already past its objective is a miss, whatever the rest of the episode does.
+    earliest first token is already past its objective (:func:`policies.scoring.meets_slo`, as every request is
+    scored) is a miss, whatever the rest of the episode does.
     """
     earliest_s = sim.now_s
     if request.decode_instance >= 0:
         engine_request = sim.instances[request.decode_instance].engine.get(request.request_id)
         if engine_request is not None and not math.isnan(engine_request.first_scheduled_s):
             earliest_s = engine_request.first_scheduled_s
-    return earliest_s - request.arrival_s > ttft_objective_s
+    return not meets_slo(earliest_s - request.arrival_s, None, ttft_objective_s)  # the scoring core's TTFT test
 
 
 def rule_rollout(task: RolloutTask) -> list[GroupRollout]:
