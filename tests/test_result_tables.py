@@ -191,6 +191,40 @@ def test_the_scenarios_where_a_rule_outside_a_subset_is_best_are_listed(tmp_path
     assert summarize.beyond([str(path)], ["baseline:a", "baseline:b"], "learned:x") == []
 
 
+def test_the_lowest_scenarios_name_the_floor_its_rule_and_the_compared_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    header = "policy,scenario,tenant,weighted_goodput_rps_mean,gpu_seconds_mean,offered_weighted_rps_mean"
+    rows = {  # scenario: (learned x, learned y, rule a, rule b, offered)
+        "s1": (1.0, 2.0, 4.0, 2.0, 5.0),  # a best; x 0.25, y 0.5; not starved
+        "s2": (3.0, 1.0, 1.0, 3.0, 10.0),  # b best; x 1.0; starved (3 of 10)
+        "s3": (1.0, 1.0, 2.0, 1.0, 3.0),  # a best; x 0.5: ties y's s1 ratio only
+        "s4": (0.9, 0.9, 1.0, 1.0, 1.0),  # a and b tie: the first rule in order is named
+    }
+    lines = [header]
+    for scenario, values in rows.items():
+        offered = values[-1]
+        for policy, goodput in zip(("learned:x", "learned:y", "baseline:a", "baseline:b"), values, strict=False):
+            lines.append(f"{policy},{scenario},ALL,{goodput},3600,{offered}")
+    path = tmp_path / "results.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    got = summarize.summarize([str(path)], ["learned:x", "learned:y"], versus="learned:y")
+    assert got.worst("learned:x", 2) == [("s1", pytest.approx(0.25)), ("s3", pytest.approx(0.5))]
+    assert got.worst("learned:x", 2)[0][1] == got.figures["learned:x"].floor
+    assert got.worst("learned:y", 9) == [
+        ("s2", pytest.approx(1.0 / 3.0)),
+        ("s1", pytest.approx(0.5)),
+        ("s3", pytest.approx(0.5)),
+        ("s4", pytest.approx(0.9)),
+    ]
+    assert got.best_rule == {"s1": "baseline:a", "s2": "baseline:b", "s3": "baseline:a", "s4": "baseline:a"}
+    assert got.starved == frozenset({"s2"})
+    not_starved = summarize.summarize([str(path)], ["learned:y"], starved=False)
+    assert [s for s, _ in not_starved.worst("learned:y", 1)] == ["s1"]
+    summarize._print_worst(got, ["learned:x"], 1, "learned:y")
+    assert "| s1 | baseline:a | no | 0.250 | 0.500 |" in capsys.readouterr().out
+
+
 capacity = _load("families_capacity_table", "capacity_table.py")
 
 

@@ -1,7 +1,7 @@
 """Summarise `pdctl evaluate` runs on a generated scenario family against its rules (issue 18's yardsticks).
 
 Usage: python experiments/results/families/summarize.py RESULTS.csv [RESULTS.csv ...] --policy SPEC [--policy SPEC]
-       [--pool-seeds] [--versus SPEC] [--starved only|exclude] [--scenarios-from FILE]
+       [--pool-seeds] [--versus SPEC] [--starved only|exclude] [--scenarios-from FILE] [--worst N]
 
 Reads the per-scenario ALL rows (mean over seeds) of every given results.csv, takes every `baseline:` / `file:`
 policy as a rule, and prints, per policy named with --policy: its priority-weighted goodput against the
@@ -23,6 +23,10 @@ always picked the right one from the start and never switched). It is figured li
 ``--starved only`` (``exclude``) restricts every figure to the scenarios whose best rule serves less than half the
 offered weighted load (to the others); the single best rule is then the best over that subset. ``--scenarios-from
 FILE`` restricts them to the scenarios the file names, one per line.
+
+``--worst N`` lists, per --policy, the N scenarios where it is lowest against the per-scenario best rule, with that
+rule, whether the scenario is starved, and (with ``--versus``) the compared policy's ratio on the same scenario: the
+floor line is one scenario's ratio, and this names it.
 """
 
 from __future__ import annotations
@@ -144,6 +148,17 @@ class Summary:
     rules_not_run: list[str] = field(default_factory=list)
     """The shipped rules (:func:`agents.policy_specs.all_baseline_specs`, less the grid) not among ``rules``: the
     per-scenario best rule is the best of ``rules`` only, and a rule left out could be better somewhere."""
+    best_rule: dict[str, str] = field(default_factory=dict)
+    """Per scenario: its best rule."""
+    starved: frozenset[str] = frozenset()
+    """The scenarios whose best rule serves less than :data:`STARVED_FRAC` of the offered weighted load."""
+    ratios: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per policy and scenario: its goodput over the per-scenario best rule's (what ``floor`` is the minimum of)."""
+
+    def worst(self, policy: str, count: int) -> list[tuple[str, float]]:
+        """The ``count`` scenarios where ``policy`` is lowest against the best rule, lowest first (ties by name)."""
+        by_scenario = self.ratios[policy]
+        return sorted(by_scenario.items(), key=lambda item: (item[1], item[0]))[:count]
 
 
 def summarize(
@@ -195,8 +210,10 @@ def summarize(
             raise SystemExit(f"--scenarios-from: none of its scenarios is among those of {', '.join(paths)}")
     single = max(rules, key=lambda r: _geomean([ratio(s, r) for s in scenarios]))
     figures: dict[str, PolicyFigures] = {}
+    all_ratios: dict[str, dict[str, float]] = {}
     for p in [*policies, single, *[r for r in rules if r != single]]:
         ratios = [ratio(s, p) for s in scenarios]
+        all_ratios[p] = dict(zip(scenarios, ratios, strict=True))
         figures[p] = PolicyFigures(
             policy=p,
             vs_best_geomean=_geomean(ratios),
@@ -222,7 +239,18 @@ def summarize(
                 paired[p] = paired_ratio({s: table[s][p]["goodput"] for s in scenarios}, base)
     counts = dict(sorted({r: sum(best[s] == r for s in scenarios) for r in rules}.items()))
     not_run = [r for r in all_baseline_specs() if r.startswith(RULE_PREFIXES) and r not in rules]
-    return Summary(scenarios, rules, single, counts, figures, paired, not_run)
+    return Summary(
+        scenarios,
+        rules,
+        single,
+        counts,
+        figures,
+        paired,
+        not_run,
+        best_rule={s: best[s] for s in scenarios},
+        starved=frozenset(s for s in scenarios if starved_scenario(s)),
+        ratios=all_ratios,
+    )
 
 
 def _add_bound(table: dict[str, dict[str, dict[str, float]]], spec: str) -> None:
@@ -282,6 +310,19 @@ def read_names(path: str) -> frozenset[str]:
     return names
 
 
+def _print_worst(summary: Summary, policies: list[str], count: int, versus: str | None) -> None:
+    """Print, per policy, its ``count`` lowest scenarios against the best rule (Markdown)."""
+    for p in policies:
+        against = f" | {versus} ×" if versus and versus != p else ""
+        print(f"\nlowest {count} of {p} against the per-scenario best rule:\n")
+        print(f"| scenario | best rule | starved | × best rule{against} |")
+        print(f"|---|---|---|---:|{'---:|' if against else ''}")
+        for scenario, r in summary.worst(p, count):
+            other = f" | {summary.ratios[versus][scenario]:.3f}" if against and versus else ""
+            starved = "yes" if scenario in summary.starved else "no"
+            print(f"| {scenario} | {summary.best_rule[scenario]} | {starved} | {r:.3f}{other} |")
+
+
 def main() -> None:
     """Print the summary table (Markdown)."""
     parser = argparse.ArgumentParser()
@@ -307,7 +348,16 @@ def main() -> None:
         "--scenarios-from",
         help="only the scenarios named in this file (one name per line; blank lines and # comments are skipped)",
     )
+    parser.add_argument(
+        "--worst",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also list, per --policy, the N scenarios where it is lowest against the per-scenario best rule",
+    )
     args = parser.parse_args()
+    if args.worst < 0:
+        parser.error(f"--worst must be >= 0, got {args.worst}")
     starved = None if args.starved is None else args.starved == "only"
     only = None if args.scenarios_from is None else read_names(args.scenarios_from)
     summary = summarize(args.results, args.policy, args.pool_seeds, args.versus, starved, only)
@@ -339,6 +389,8 @@ def main() -> None:
         print(f"\npaired against {args.versus} (goodput ratio, geometric mean over scenarios):")
         for p, versus in summary.paired.items():
             print(f"- {p}: {versus.describe(0.95)}")
+    if args.worst:
+        _print_worst(summary, args.policy, args.worst, args.versus)
     if args.beyond:
         subset = [r.strip() for r in args.beyond.split(",") if r.strip()]
         policy = args.policy[0]
