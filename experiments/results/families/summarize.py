@@ -209,6 +209,7 @@ def summarize(
         if not scenarios:
             raise SystemExit(f"--scenarios-from: none of its scenarios is among those of {', '.join(paths)}")
     single = max(rules, key=lambda r: _geomean([ratio(s, r) for s in scenarios]))
+    starved_set = frozenset(s for s in scenarios if starved_scenario(s))
     figures: dict[str, PolicyFigures] = {}
     all_ratios: dict[str, dict[str, float]] = {}
     for p in [*policies, single, *[r for r in rules if r != single]]:
@@ -229,7 +230,7 @@ def summarize(
             gpu_h=sum(table[s][p]["gpu_h"] for s in scenarios),
             below_floor_line=sum(r < FLOOR_LINE for r in ratios),
             near_best=sum(r >= NEAR_LINE - 1e-9 for r in ratios),
-            below_starved=sum(r < FLOOR_LINE and starved_scenario(s) for s, r in zip(scenarios, ratios, strict=True)),
+            below_starved=sum(r < FLOOR_LINE and s in starved_set for s, r in zip(scenarios, ratios, strict=True)),
         )
     paired: dict[str, PairedRatio] = {}
     if versus:
@@ -248,7 +249,7 @@ def summarize(
         paired,
         not_run,
         best_rule={s: best[s] for s in scenarios},
-        starved=frozenset(s for s in scenarios if starved_scenario(s)),
+        starved=starved_set,
         ratios=all_ratios,
     )
 
