@@ -42,6 +42,7 @@ PINS = {  # pin name: (split, pin file)
     "validation-2320": ("validation", ROOT / "experiments" / "families" / "default-validation-2320.sha256"),
     "validation-2520": ("validation", ROOT / "experiments" / "families" / "default-validation-2520.sha256"),
     "validation-2640": ("validation", ROOT / "experiments" / "families" / "default-validation-2640.sha256"),
+    "validation-2840": ("validation", ROOT / "experiments" / "families" / "default-validation-2840.sha256"),
     "test-40": ("test", ROOT / "experiments" / "families" / "default-test-40.sha256"),
     "test-80": ("test", ROOT / "experiments" / "families" / "default-test-80.sha256"),
     "test-120": ("test", ROOT / "experiments" / "families" / "default-test-120.sha256"),
