@@ -108,12 +108,13 @@ WATCHDOG_FALLBACK = "baseline:dynamo-legacy"
 """The fallback of ``watchdog:PRIMARY`` (the best baseline on most shipped scenarios)."""
 
 DEFAULT_LEARNED_ARTIFACT = (
-    Path(__file__).resolve().parents[1] / "experiments/results/learned/selector-dwell-w8-margin-bar-check-policy"
+    Path(__file__).resolve().parents[1] / "experiments/results/learned/selector-560-late-misses-policy"
 )
-"""The shipped default learned policy: the rule selector of ``experiments/selector-dwell-w8-margin-bar-check.yaml``
-(8-interval label windows, a 0.05 switch margin, ``transfer_fallback`` on, a 300 s bar on a rule switched back from,
-the outcome check of a switch over 6 windows; in a source checkout; see
-experiments/results/families/README-learned.md and experiments/results/families/trial-check/)."""
+"""The shipped default learned policy: the rule selector of ``experiments/selector-560-late-misses.yaml`` (fitted on
+560 generated training scenarios at 1.0x and 1.5x load, rollouts stopped at a 20,000-request budget keeping the bins
+whose in-flight requests are certain misses; 8-interval label windows, a 0.05 switch margin, ``transfer_fallback``
+on, a 300 s bar on a rule switched back from, the outcome check of a switch over 6 windows; in a source checkout;
+chosen by experiments/results/families/l560/PROTOCOL.md, see experiments/results/families/README-learned.md)."""
 
 DEFAULT_LEARNED_SPEC = f"learned:{DEFAULT_LEARNED_ARTIFACT}"
 """What ``learned:default`` stands for: the default learned policy as it ships (its safety layer is the guard every

@@ -1,14 +1,16 @@
 """Controller restarts in the simulator: with the control state kept (the controller's memory file), a restart
-changes nothing; without it, every restart undoes the policy's thresholds.
+changes nothing; without it, a restart can undo the policy's thresholds.
 
 One simulated day of the soak's scenario (``tests/soak/test_week_soak.py``: diurnal chat and RAG, a batch surge,
 2 % KV transfer failures), the controller restarted every 10 minutes (143 restarts): a fresh policy each time, and
 the control state either kept as :meth:`policies.control.ControlState.after_restart` says and the policy's own memory
 handed over (what ``controller/control_memory.py`` reads back) or started again from the base file (a controller
 without the file).
-Measured when written: ``baseline:queue_kv`` 228 threshold reversals and ``learned:default`` 384 without the
-memory, 0 and 0 with it (as without restarts), with the same pool changes and goodput; the figures are what
-``controller/README.md`` quotes.
+Measured when written: ``baseline:queue_kv`` 228 threshold reversals and the selector that was ``learned:default``
+until the fifty-first session (``selector-dwell-w8-margin-bar-check-policy``) 384 without the memory, 0 and 0 with
+it (as without restarts), with the same pool changes and goodput; the figures are what ``controller/README.md``
+quotes. The default since then (``selector-560-late-misses-policy``) makes none without the memory on this day, so
+its case checks that a kept memory changes nothing and that losing it makes no reversal.
 """
 
 from __future__ import annotations
@@ -40,7 +42,12 @@ def _runs(spec: str, day: Path) -> dict[str, dict[str, Any]]:
     }
 
 
-@pytest.mark.parametrize(("spec", "reversals_lost"), [("baseline:queue_kv", 228), ("learned:default", 384)])
+PREVIOUS_DEFAULT = "learned:experiments/results/learned/selector-dwell-w8-margin-bar-check-policy"
+
+
+@pytest.mark.parametrize(
+    ("spec", "reversals_lost"), [("baseline:queue_kv", 228), (PREVIOUS_DEFAULT, 384), ("learned:default", 0)]
+)
 def test_a_restart_that_keeps_the_control_state_changes_nothing(spec: str, reversals_lost: int, day: Path) -> None:
     runs = _runs(spec, day)
     assert runs["kept"]["restarts"] == runs["lost"]["restarts"] == 143
@@ -48,7 +55,7 @@ def test_a_restart_that_keeps_the_control_state_changes_nothing(spec: str, rever
         "with the memory a restart is invisible: the same threshold and pool changes, no reversal, the same goodput"
     )
     assert runs["none"]["threshold_reversals"] == 0
-    assert runs["lost"]["threshold_reversals"] == reversals_lost, "without it every restart undoes the thresholds"
+    assert runs["lost"]["threshold_reversals"] == reversals_lost, "without it a restart may undo the thresholds"
 
 
 @pytest.mark.parametrize(

@@ -36,11 +36,15 @@ from env.families import load_family, scenario_yaml
 REPO = Path(__file__).resolve().parents[2]
 FAMILY = REPO / "experiments" / "families" / "default.yaml"
 RESULTS = REPO / "experiments" / "results" / "families"
-TEST_280_ROWS = {  # the committed seed-0 rows of the 280 test scenarios, by policy
-    "learned:default": RESULTS / "pool-hold" / "test-280-seed0.csv",
-    "baseline:dynamo-legacy": RESULTS / "admission-control" / "test-280-seed0.csv",
-    "baseline:aggregated": RESULTS / "admission-control" / "test-280-seed0.csv",
-    "baseline:queue_kv": RESULTS / "all-rules" / "test-280-nine-rules-seed0.csv",
+TEST_280_ROWS = {  # the committed seed-0 rows of the 280 test scenarios, by policy: (file, the policy's label there)
+    # learned:default since the fifty-first session: its artifact's rows, measured under its own path before it shipped
+    "learned:default": (
+        RESULTS / "l560" / "test-280-seed0.csv",
+        "learned:experiments/results/learned/selector-560-late-misses-policy",
+    ),
+    "baseline:dynamo-legacy": (RESULTS / "admission-control" / "test-280-seed0.csv", "baseline:dynamo-legacy"),
+    "baseline:aggregated": (RESULTS / "admission-control" / "test-280-seed0.csv", "baseline:aggregated"),
+    "baseline:queue_kv": (RESULTS / "all-rules" / "test-280-nine-rules-seed0.csv", "baseline:queue_kv"),
 }
 CASES = (  # (policy, test-family seed)
     ("learned:default", 20126),
@@ -80,9 +84,10 @@ def test_a_committed_row_of_the_test_family_reproduces_exactly(
     scenario_files: dict[int, Path], policy: str, scenario_seed: int
 ) -> None:
     path = scenario_files[scenario_seed]
-    committed = _committed_row(TEST_280_ROWS[policy], policy, path.stem)
+    rows_file, label = TEST_280_ROWS[policy]
+    committed = _committed_row(rows_file, label, path.stem)
     assert committed["simulator_sha256"] == simulator_digest(), (
-        f"{TEST_280_ROWS[policy].name} was measured by simulator {committed['simulator_sha256']}, this checkout's is "
+        f"{rows_file.name} was measured by simulator {committed['simulator_sha256']}, this checkout's is "
         f"{simulator_digest()}: re-measure the committed tables (their COMMANDS.txt) before comparing"
     )
     assert hashlib.sha256(path.read_bytes()).hexdigest() == committed["scenario_sha256"], (
@@ -98,7 +103,7 @@ def test_a_committed_row_of_the_test_family_reproduces_exactly(
     )
     assert got == expected, (
         f"{policy} on {path.stem}, seed {SEED}: (weighted goodput, arrived, finished, churn) {got} on this checkout, "
-        f"{expected} committed in {TEST_280_ROWS[policy].relative_to(REPO)}. Something outside the simulator digest "
+        f"{expected} committed in {rows_file.relative_to(REPO)}. Something outside the simulator digest "
         "(the policy, the selector, the watchdog, the guard, the control step) changed what the run decides: every "
         "committed table of this policy is stale. Re-measure them (their COMMANDS.txt) or undo the change."
     )
