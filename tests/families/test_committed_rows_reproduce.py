@@ -32,6 +32,7 @@ import pytest
 from agents.evaluate import simulator_digest
 from agents.harness import ALL_TENANTS, RunSpec, run_one
 from env.families import load_family, scenario_yaml
+from policies.registry import DEFAULT_LEARNED_ARTIFACT
 
 REPO = Path(__file__).resolve().parents[2]
 FAMILY = REPO / "experiments" / "families" / "default.yaml"
@@ -40,7 +41,7 @@ TEST_280_ROWS = {  # the committed seed-0 rows of the 280 test scenarios, by pol
     # learned:default since the fifty-first session: its artifact's rows, measured under its own path before it shipped
     "learned:default": (
         RESULTS / "l560" / "test-280-seed0.csv",
-        "learned:experiments/results/learned/selector-560-late-misses-policy",
+        f"learned:{DEFAULT_LEARNED_ARTIFACT.relative_to(REPO).as_posix()}",
     ),
     "baseline:dynamo-legacy": (RESULTS / "admission-control" / "test-280-seed0.csv", "baseline:dynamo-legacy"),
     "baseline:aggregated": (RESULTS / "admission-control" / "test-280-seed0.csv", "baseline:aggregated"),
