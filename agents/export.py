@@ -84,7 +84,7 @@ def export_policy(
         max_groups=layout.max_groups,
         max_tenants=layout.max_tenants,
         pool_actions=layout.pool_actions,
-        activation=activation,  # type: ignore[arg-type]
+        activation=activation,
         num_hidden_layers=len(hidden),
         obs_normalisation=norm,
         tenants=list(tenants),

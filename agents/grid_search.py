@@ -89,7 +89,7 @@ def _splits(scenario: Scenario) -> list[dict[str, tuple[int, int]]]:
 
 def grid_points(scenario: Scenario) -> list[dict[str, Any]]:
     """Every configuration of the grid: ``{"pools": {group: [prefill, decode]}, "route": level}``."""
-    points = []
+    points: list[dict[str, Any]] = []
     for split in _splits(scenario):
         any_prefill = any(p > 0 for p, _ in split.values())
         levels = [lvl for lvl in ROUTE_LEVELS if lvl != AGGREGATED] if any_prefill else [AGGREGATED]

@@ -122,7 +122,7 @@ def fluent_tracking_uri(uri: str) -> Iterator[None]:
     try:
         yield
     finally:
-        mlflow.set_tracking_uri(global_before)
+        mlflow.set_tracking_uri(global_before)  # type: ignore[arg-type]  # None (never set) is handled, not annotated
         if env_before is None:
             os.environ.pop(TRACKING_URI_ENV, None)
         else:

@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 from env.gym_env import ControlStep, PDClusterEnv
 from env.scenario import Scenario
 from env.sim.simulator import ClusterSimulator
+from env.workloads.config import DiurnalWorkload, GammaWorkload, PoissonWorkload, StepWorkload
 from policies.base import Policy
 from policies.registry import fixed_layout
 from policies.rules import FilePolicy
@@ -152,15 +153,15 @@ def scale_rates(scenario: Scenario, factor: float) -> Scenario:
     for tenant in scenario.tenants:
         w = tenant.workload
         update: dict[str, Any]
-        if w.kind in ("poisson", "gamma"):
-            update = {"rate_rps": w.rate_rps * factor}  # type: ignore[union-attr]
-        elif w.kind == "diurnal":
-            update = {"mean_rate_rps": w.mean_rate_rps * factor}  # type: ignore[union-attr]
-        elif w.kind == "step":
-            segments = tuple(s.model_copy(update={"rate_rps": s.rate_rps * factor}) for s in w.segments)  # type: ignore[union-attr]
+        if isinstance(w, PoissonWorkload | GammaWorkload):
+            update = {"rate_rps": w.rate_rps * factor}
+        elif isinstance(w, DiurnalWorkload):
+            update = {"mean_rate_rps": w.mean_rate_rps * factor}
+        elif isinstance(w, StepWorkload):
+            segments = tuple(s.model_copy(update={"rate_rps": s.rate_rps * factor}) for s in w.segments)
             update = {"segments": segments}
         else:
-            update = {"rate_scale": w.rate_scale * factor}  # type: ignore[union-attr]
+            update = {"rate_scale": w.rate_scale * factor}
         tenants.append(tenant.model_copy(update={"workload": w.model_copy(update=update)}))
     return scenario.model_copy(update={"tenants": tenants, "name": f"{scenario.name}@x{factor:g}"})
 

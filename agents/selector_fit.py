@@ -134,7 +134,7 @@ def _fit_one(data: SelectorDataset, hyper: _Hyper, seed: int) -> FitResult:
                     per_sample = per_output.mean(1)
             batch_loss = (per_sample * w[idx]).sum() / w[idx].sum()
             optimiser.zero_grad()
-            batch_loss.backward()
+            batch_loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
             optimiser.step()
             total += float(batch_loss.detach()) * float(w[idx].sum())
         losses.append(total / float(w.sum()))

@@ -44,7 +44,14 @@ from agents.selector_branch import (
     policy_digest,
     with_branches,
 )
-from agents.selector_data import ROLLOUT_CACHE_NAME, RolloutTask, cached_rollouts, rollout_stop_s, task_scenario
+from agents.selector_data import (
+    ROLLOUT_CACHE_NAME,
+    GroupRollout,
+    RolloutTask,
+    cached_rollouts,
+    rollout_stop_s,
+    task_scenario,
+)
 from agents.selector_fit import export_selector, fit_recipe, label_recipe
 from agents.set_training import family_split_paths, held_out_paths, scenario_source
 from agents.tracking import git_commit, run_name
@@ -149,6 +156,7 @@ def train_selector(
             return report
 
         workers = selector.workers or os.cpu_count() or 1
+        rollouts: list[GroupRollout]
         rollouts, rollout_s = cached_rollouts(out / ROLLOUT_CACHE_NAME, tasks, workers, reporter("rollouts"))
         fit_start = time.perf_counter()
         per_run = {

@@ -128,13 +128,21 @@ class SetActorCriticPolicy(MaskableActorCriticPolicy):
         return data
 
     def _build_mlp_extractor(self) -> None:
-        self.mlp_extractor = SetActorCritic(self.set_layout, self.hidden_width, self.num_encoder_layers)
+        # SB3 annotates the attribute as its MlpExtractor; any module with the same latent widths and forward_* fits
+        self.mlp_extractor = SetActorCritic(  # type: ignore[assignment]
+            self.set_layout, self.hidden_width, self.num_encoder_layers
+        )
 
     def _build(self, lr_schedule: Any) -> None:
         super()._build(lr_schedule)
         # the heads already emit per-slot logits: no shared linear layer over all slots
         self.action_net = nn.Identity()
-        for head in (self.mlp_extractor.group_head, self.mlp_extractor.tenant_head):
+        extractor = self.mlp_extractor
+        assert isinstance(extractor, SetActorCritic)  # set by _build_mlp_extractor
+        for head in (extractor.group_head, extractor.tenant_head):
             nn.init.orthogonal_(head.weight, gain=_HEAD_GAIN)
             nn.init.zeros_(head.bias)
-        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+        # SB3 types optimizer_class as type[Optimizer], whose base __init__ takes no lr; every concrete one does
+        self.optimizer = self.optimizer_class(  # type: ignore[call-arg]
+            self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs
+        )

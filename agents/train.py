@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import mlflow
@@ -164,7 +164,13 @@ class EvalCheckpointCallback(BaseCallback):
 
     def evaluate_now(self) -> float:
         """Export the current policy, score it on the validation seeds, keep it if it is the best so far."""
-        path = _export(self.model, self.venv, self.out_dir / f"step-{self.num_timesteps}", self.config, self.run_id)
+        path = _export(
+            cast(MaskablePPO, self.model),
+            self.venv,
+            self.out_dir / f"step-{self.num_timesteps}",
+            self.config,
+            self.run_id,
+        )
         goodput = evaluate_policies([f"learned:{path}"], self.scenarios, self.config.validation_seeds)
         value = next(iter(goodput.values()))["mean"]
         self.logger.record("eval/weighted_goodput_rps", value)
@@ -235,7 +241,7 @@ class TrainResult:
     registered_version: int | None = None
     model: MaskablePPO | None = None
     """The in-memory model at the end of training (for parity checks)."""
-    normalize_obs: Callable[[np.ndarray], np.ndarray] | None = None
+    normalize_obs: Callable[[np.ndarray], np.ndarray | dict[str, np.ndarray]] | None = None
     """The training-time observation normalisation, frozen at the end of training."""
 
 

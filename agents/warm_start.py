@@ -108,7 +108,7 @@ def _lookahead_demonstrations(
     assert config.pretrain is not None
     pretrain = config.pretrain
     workers = pretrain.workers or os.cpu_count() or 1
-    tasks = []
+    tasks: list[LookaheadTask] = []
     for path in scenario_paths(config.scenarios):
         points: list[dict[str, Any]] = []
         if pretrain.grid_candidates > 0:  # searched on the training seeds (cached); never on evaluation seeds
@@ -162,7 +162,9 @@ def _lookahead_demonstrations(
     summary = {"horizon_intervals": pretrain.horizon_intervals, "episodes": report}
     (out / "pretrain_expert.json").write_text(json.dumps(summary, indent=1) + "\n")
     mlflow.log_dict(summary, "pretrain_expert.json")
-    gains = [r["expert_weighted_goodput_rps"] / max(r["best_candidate_weighted_goodput_rps"], 1e-9) for r in report]
+    gains = [
+        e.expert_weighted_goodput_rps / max(max(e.candidate_weighted_goodput_rps.values()), 1e-9) for e in episodes
+    ]
     mlflow.log_metric("pretrain/expert_over_best_candidate", float(np.mean(gains)))
     return demos
 

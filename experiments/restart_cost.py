@@ -26,7 +26,8 @@ from agents.harness import weighted_goodput_rps
 from agents.policy_specs import make_policy
 from agents.runs import episode_env, run_episode
 from env.gym_env import ControlStep, PDClusterEnv, resolve_scenario
-from policies.base import Observation, Policy, PolicyContext
+from policies.base import Policy, PolicyContext
+from policies.features import Observation
 from policies.registry import hand_over_memory
 from policies.schema import ControlAction
 

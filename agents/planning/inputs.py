@@ -27,11 +27,13 @@ from typing import Any
 
 import numpy as np
 import yaml
+from pydantic import ValidationError
 
 from agents.planning.parts import (
     MAX_WHOLE_REQUESTS,
     PlanSource,
     choose_part,
+    plannable_without_duration,
     time_compressed,
 )
 from agents.runs import scale_rates
@@ -352,10 +354,27 @@ def _yaml_source(
         try:
             workload: WorkloadConfig = parse_workload_config(spec)
             tenants.append(TenantConfig(name=str(name), group=GROUP_NAME, workload=workload))
+        except ValidationError as exc:
+            raise PlanInputError(f"{path}: {name}: not a workload ({_first_problem(exc)})") from None
         except ValueError as exc:
             detail = str(exc).splitlines()
             raise PlanInputError(f"{path}: {name}: not a workload ({detail[-1].strip() if detail else exc})") from None
+    kinds = {t.workload.kind for t in tenants}
+    if not plannable_without_duration(kinds):
+        raise PlanInputError(
+            f"{path}: workloads of kinds {', '.join(sorted(kinds))} have no duration in a fitted-workload file "
+            "(only traces, Poisson/Gamma workloads or one ServeGen folder do): write a scenario file with duration_s"
+        )
     return tenants, None, 0, None
+
+
+def _first_problem(exc: ValidationError) -> str:
+    """The first of pydantic's errors as ``field.path: message`` (without the union's tag), and how many more."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    field = ".".join(str(p) for p in first["loc"][1:] if isinstance(p, str | int))
+    more = f"; and {len(errors) - 1} more" if len(errors) > 1 else ""
+    return f"{field}: {first['msg']}{more}" if field else f"{first['msg']}{more}"
 
 
 def _trace_source(path: Path) -> list[TenantConfig]:

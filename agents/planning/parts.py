@@ -9,6 +9,7 @@ lasts ``1 / m`` as long (a fixed window of a trace replayed faster).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,7 @@ __all__ = [
     "STATIONARY_REQUESTS",
     "PlanSource",
     "choose_part",
+    "plannable_without_duration",
     "time_compressed",
 ]
 
@@ -63,6 +65,16 @@ def _replay_span_s(workload: AzureTraceWorkload | MooncakeTraceWorkload) -> tupl
     last = float(arrival[-1]) if len(arrival) else 0.0
     gap = last / (len(arrival) - 1) if len(arrival) > 1 else 1.0
     return arrival, max(last + gap, 1.0)
+
+
+def plannable_without_duration(kinds: AbstractSet[str]) -> bool:
+    """Whether :func:`choose_part` can pick a part of tenants of these workload kinds with no duration of their own.
+
+    Traces (Azure, Mooncake) replay their own span, stationary synthetic workloads (Poisson, Gamma) run long enough
+    for :data:`STATIONARY_REQUESTS`, a ServeGen folder its busiest window; anything else (a diurnal or step
+    workload, or a mix of those classes) runs a scenario's own duration, which a fitted-workload file does not have.
+    """
+    return kinds <= {"trace_azure", "trace_mooncake"} or kinds <= set(_STATIONARY_KINDS) or kinds == {"servegen"}
 
 
 def choose_part(
@@ -121,6 +133,8 @@ def choose_part(
         return PlanSource(build(horizon_s, tenants), whole, "horizon", text)
     if own_duration_s is None and kinds == {"servegen"}:  # a ServeGen folder: a day of per-client distributions
         return _servegen_part(tenants[0], horizon_s, build, max_whole_requests)
+    if own_duration_s is None:  # load_plan_source refuses such a source (plannable_without_duration)
+        raise ValueError(f"workloads of kinds {sorted(kinds)} need the source's own duration to be planned")
     whole_s = own_duration_s
     whole = build(whole_s, tenants)
     if horizon_s is None:

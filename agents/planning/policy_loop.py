@@ -216,6 +216,8 @@ def _max_rate(passes: Callable[[float], bool], steps: int) -> float:
             hi = index
         if lo is None:
             return 0.0
+    assert lo is not None  # each branch above returns or sets both
+    assert hi is not None
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if passes(grid_scale(mid, steps)):

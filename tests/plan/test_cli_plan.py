@@ -85,6 +85,28 @@ def test_bad_input_is_one_line_naming_the_file_or_field(tmp_path: Path, traces_d
     _one_line_error(*_plan("--workload", str(fitted), "--slo", "ttft_p95=1s", *FAST), "fitted.yaml", "chat")
 
 
+def test_a_bad_fitted_workload_names_its_field_and_a_non_stationary_one_asks_for_a_scenario(tmp_path: Path) -> None:
+    """A fitted-workload file's problem is pydantic's field and message (not its help link), and a workload that runs
+    a duration of its own (diurnal, step) is refused, since the file has none (it used to fail on a null duration)."""
+    lengths = "input_tokens: {kind: fixed, tokens: 512}, output_tokens: {kind: fixed, tokens: 64}"
+    missing = tmp_path / "missing.yaml"
+    missing.write_text("chat: {kind: poisson, rate_rps: 2}\n")
+    code, output = _plan("--workload", str(missing), "--slo", "ttft_p95=1s", *FAST)
+    _one_line_error(code, output, "missing.yaml", "chat", "input_tokens: Field required", "and 1 more")
+    assert "errors.pydantic.dev" not in output
+    diurnal = tmp_path / "diurnal.yaml"
+    diurnal.write_text(f"chat: {{kind: diurnal, mean_rate_rps: 2, peak_to_mean: 1.5, period_s: 600, {lengths}}}\n")
+    code, output = _plan("--workload", str(diurnal), "--slo", "ttft_p95=1s", *FAST)
+    _one_line_error(code, output, "diurnal.yaml", "kinds diurnal", "duration_s")
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text(
+        f"chat: {{kind: poisson, rate_rps: 2, {lengths}}}\n"
+        f"batch: {{kind: step, segments: [[0, 1], [60, 3]], {lengths}}}\n"
+    )
+    code, output = _plan("--workload", str(mixed), "--slo", "ttft_p95=1s", *FAST)
+    _one_line_error(code, output, "mixed.yaml", "kinds poisson, step", "duration_s")
+
+
 def test_plan_of_a_trace_writes_results_and_a_valid_policy(tmp_path: Path, traces_dir: Path) -> None:
     azure = traces_dir / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv"
     policy = tmp_path / "policy.yaml"

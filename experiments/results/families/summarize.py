@@ -61,6 +61,11 @@ STARVED_FRAC = 0.5
 rules can serve: a ratio to the best rule there compares ways of failing."""
 
 
+def _best_of(rows: dict[str, dict[str, float]], rules: list[str]) -> str:
+    """The rule of ``rules`` with the highest goodput in one scenario's ``rows`` (the first of equals)."""
+    return max(rules, key=lambda r: rows[r]["goodput"])
+
+
 def _rows(paths: list[str], pool_seeds: bool = False) -> dict[str, dict[str, dict[str, float]]]:
     """Per scenario and policy: goodput, GPU-hours and the offered weighted load (NaN where a file has none).
 
@@ -190,7 +195,7 @@ def summarize(
         raise SystemExit(f"no scenario has every policy of {policies} and a rule in {', '.join(paths)}")
     rules = sorted({p for s in scenarios for p in table[s] if p.startswith(RULE_PREFIXES)})
     rules = [r for r in rules if all(r in table[s] for s in scenarios)]
-    best = {s: max(rules, key=lambda r, s=s: table[s][r]["goodput"]) for s in scenarios}
+    best = {s: _best_of(table[s], rules) for s in scenarios}
 
     def ratio(s: str, p: str) -> float:
         top = table[s][best[s]]["goodput"]
@@ -399,8 +404,8 @@ def main() -> None:
         print(f"| scenario | best rule | × best of those | {policy} × best of those | {policy} × best rule |")
         print("|---|---|---:|---:|---:|")
         for b in beyond(args.results, subset, policy):
-            cells = f"{b.over_subset:.3f} | {b.policy_over_subset:.3f} | {b.policy_over_best:.3f}"
-            print(f"| {b.scenario} | {b.best_rule} | {cells} |")
+            ratios = f"{b.over_subset:.3f} | {b.policy_over_subset:.3f} | {b.policy_over_best:.3f}"
+            print(f"| {b.scenario} | {b.best_rule} | {ratios} |")
 
 
 if __name__ == "__main__":
