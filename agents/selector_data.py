@@ -48,9 +48,11 @@ __all__ = [
     "GroupRollout",
     "RolloutTask",
     "SelectorDataset",
+    "StopPlan",
     "cached_rollouts",
     "collect_rollouts",
     "rollout_stop_s",
+    "rollout_stops",
     "rule_rollout",
     "selector_targets",
     "shared_transfer_inputs",
@@ -176,6 +178,39 @@ def rollout_stop_s(scenario: Scenario, seed: int, request_budget: int, min_inter
     interval_s = scenario.control_interval_s
     stop_s = max(math.ceil(float(arrivals[request_budget - 1]) / interval_s), min_intervals) * interval_s
     return None if stop_s >= scenario.duration_s - 1e-9 else float(stop_s)
+
+
+@dataclass(frozen=True, slots=True)
+class StopPlan:
+    """One rollout run whose stop is planned: its scenario file, rate and link scales, and episode seed."""
+
+    scenario_path: str
+    rate_scale: float
+    bandwidth_scale: float
+    seed: int
+    request_budget: int
+    min_intervals: int
+
+    def stop_s(self) -> float | None:
+        """:func:`rollout_stop_s` of the run's scenario as it will run."""
+        scenario = task_scenario(self.scenario_path, None, self.rate_scale, self.bandwidth_scale)
+        return rollout_stop_s(scenario, self.seed, self.request_budget, self.min_intervals)
+
+
+def _plan_stop(plan: StopPlan) -> float | None:
+    return plan.stop_s()
+
+
+def rollout_stops(plans: Sequence[StopPlan], workers: int) -> list[float | None]:
+    """Every plan's :meth:`StopPlan.stop_s`, in order, over ``workers`` processes (each generates a workload).
+
+    The stops are planned before any rollout starts, so run one by one they left all but one core idle (26 s of a
+    560-scenario training run on 2 cores); each is a pure function of its plan, so the order of work changes nothing.
+    """
+    if workers <= 1 or len(plans) <= 1:
+        return [plan.stop_s() for plan in plans]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(_plan_stop, plans, chunksize=max(1, len(plans) // (8 * workers))))
 
 
 def _known_bins(

@@ -48,9 +48,9 @@ from agents.selector_data import (
     ROLLOUT_CACHE_NAME,
     GroupRollout,
     RolloutTask,
+    StopPlan,
     cached_rollouts,
-    rollout_stop_s,
-    task_scenario,
+    rollout_stops,
 )
 from agents.selector_fit import export_selector, fit_recipe, label_recipe
 from agents.set_training import family_split_paths, held_out_paths, scenario_source
@@ -126,10 +126,12 @@ def train_selector(
         ]
         plan_start = time.perf_counter()
         budget, min_intervals = selector.rollout_request_budget, selector.rollout_min_intervals
-        stops = [
-            None if budget is None else rollout_stop_s(task_scenario(str(p), None, rt, bw), sd, budget, min_intervals)
-            for p, rt, bw, sd in runs
-        ]
+        workers = selector.workers or os.cpu_count() or 1
+        stops: list[float | None] = (
+            [None] * len(runs)
+            if budget is None
+            else rollout_stops([StopPlan(str(p), rt, bw, sd, budget, min_intervals) for p, rt, bw, sd in runs], workers)
+        )
         plan_s = time.perf_counter() - plan_start  # counted in the training time: a run from scratch does it too
         tasks = [
             RolloutTask(
@@ -155,7 +157,6 @@ def train_selector(
 
             return report
 
-        workers = selector.workers or os.cpu_count() or 1
         rollouts: list[GroupRollout]
         rollouts, rollout_s = cached_rollouts(out / ROLLOUT_CACHE_NAME, tasks, workers, reporter("rollouts"))
         fit_start = time.perf_counter()

@@ -14,7 +14,9 @@ from agents.config import ExperimentError, load_experiment
 from agents.selector_data import (
     GroupRollout,
     RolloutTask,
+    StopPlan,
     rollout_stop_s,
+    rollout_stops,
     rule_rollout,
     selector_targets,
     task_scenario,
@@ -56,6 +58,20 @@ def test_the_stop_ends_the_interval_of_the_budgets_last_request_but_not_before_t
     fewest = math.ceil(scenario.duration_s / interval_s) - 1
     assert rollout_stop_s(scenario, 0, 1, fewest) == fewest * interval_s
     assert rollout_stop_s(scenario, 0, 1, fewest + 1) is None  # not before the episode's end: the whole episode
+
+
+def test_stops_planned_over_processes_are_each_runs_own_in_order(tmp_path: Path) -> None:
+    """The stops a training run plans before its rollouts (over its workers) are :func:`rollout_stop_s`, run by run."""
+    path = _scenario_path(tmp_path)
+    budget = len(_arrivals(path, 1.0)) // 2
+    plans = [StopPlan(str(path), rate_scale, 1.0, seed, budget, 1) for rate_scale in (3.0, 1.0, 0.2) for seed in (0, 1)]
+    expected = [
+        rollout_stop_s(task_scenario(str(path), None, plan.rate_scale, 1.0), plan.seed, budget, 1) for plan in plans
+    ]
+    assert expected[0] is not None  # 3x the rate: the budget's last request comes early
+    assert expected[-1] is None  # 0.2x: the episode offers less than the budget
+    assert rollout_stops(plans, 2) == expected
+    assert rollout_stops(plans, 1) == expected
 
 
 def test_a_stopped_rollout_keeps_exactly_what_the_whole_episode_records_before_its_first_request_in_flight(
