@@ -36,12 +36,10 @@ state it visits, and the student is refitted on all labels so far.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -49,6 +47,7 @@ import torch
 from agents.harness import RunSpec, run_one, weighted_goodput_rps
 from agents.lookahead import LookaheadChooser, encoded_action, encoded_step, keep_current
 from agents.policy_specs import make_policy, static_policy
+from agents.process_map import map_in_processes
 from agents.runs import running
 from env.gym_env import PDClusterEnv
 from policies.base import Policy
@@ -67,8 +66,6 @@ __all__ = [
     "lookahead_episode",
     "with_candidate_scores",
 ]
-
-_T = TypeVar("_T")
 
 
 @dataclass(slots=True)
@@ -224,17 +221,9 @@ def candidate_scores(task: LookaheadTask) -> dict[str, float]:
     return _scores_alone(task, _candidates(task, env)[0])
 
 
-def _map_tasks(fn: Callable[[LookaheadTask], _T], tasks: Sequence[LookaheadTask], workers: int) -> list[_T]:
-    """``fn`` over ``tasks`` in order, in ``workers`` spawned processes when there is more than one of each."""
-    if workers > 1 and len(tasks) > 1:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-            return list(pool.map(fn, tasks))
-    return [fn(task) for task in tasks]
-
-
 def candidate_scores_many(tasks: Sequence[LookaheadTask], workers: int = 2) -> list[dict[str, float]]:
     """:func:`candidate_scores` for every task (in ``workers`` processes), in order."""
-    return _map_tasks(candidate_scores, tasks, workers)
+    return map_in_processes(candidate_scores, tasks, workers, spawn=True)
 
 
 def with_candidate_scores(
@@ -300,7 +289,7 @@ def collect_lookahead_demonstrations(
     tasks: Sequence[LookaheadTask], workers: int = 2
 ) -> tuple[Demonstrations, list[ExpertEpisode]]:
     """Run :func:`lookahead_episode` for every task (in ``workers`` processes); all demonstrations, and per episode."""
-    episodes = _map_tasks(lookahead_episode, tasks, workers)
+    episodes = map_in_processes(lookahead_episode, tasks, workers, spawn=True)
     return Demonstrations.concatenate([e.demonstrations for e in episodes]), episodes
 
 

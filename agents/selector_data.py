@@ -29,6 +29,7 @@ import numpy as np
 
 from agents.harness import slo_met_arrivals_s
 from agents.policy_specs import make_policy
+from agents.process_map import map_in_processes
 from agents.runs import episode_env, run_episode, scale_bandwidth, scale_rates
 from env.gym_env import PDClusterEnv, resolve_scenario
 from env.scenario import Scenario
@@ -197,20 +198,13 @@ class StopPlan:
         return rollout_stop_s(scenario, self.seed, self.request_budget, self.min_intervals)
 
 
-def _plan_stop(plan: StopPlan) -> float | None:
-    return plan.stop_s()
-
-
 def rollout_stops(plans: Sequence[StopPlan], workers: int) -> list[float | None]:
     """Every plan's :meth:`StopPlan.stop_s`, in order, over ``workers`` processes (each generates a workload).
 
     The stops are planned before any rollout starts, so run one by one they left all but one core idle (26 s of a
     560-scenario training run on 2 cores); each is a pure function of its plan, so the order of work changes nothing.
     """
-    if workers <= 1 or len(plans) <= 1:
-        return [plan.stop_s() for plan in plans]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_plan_stop, plans, chunksize=max(1, len(plans) // (8 * workers))))
+    return map_in_processes(StopPlan.stop_s, plans, workers, chunksize=max(1, len(plans) // (8 * max(workers, 1))))
 
 
 def _known_bins(
