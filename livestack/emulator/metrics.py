@@ -34,6 +34,7 @@ __all__ = [
     "BUCKETS_ITL",
     "BUCKETS_LAT",
     "BUCKETS_TTFT",
+    "EMULATOR_CLOCK_RESYNCS_METRIC",
     "EMULATOR_FIRST_TOKEN_DELAY_METRIC",
     "VllmMetrics",
     "buckets_125",
@@ -56,6 +57,10 @@ EMULATOR_FIRST_TOKEN_DELAY_METRIC = "pdctl_emulator_first_token_delay_seconds"
 """Not a vLLM metric: the emulator's lag behind its own model at each first token. A real engine's TTFT also
 contains such delays (output processing, a busy host); here they are the only part of TTFT that the modelled
 queue and prefill times do not contain, so a sum of TTFTs minus this is what the model alone accounts for."""
+EMULATOR_CLOCK_RESYNCS_METRIC = "pdctl_emulator_clock_resyncs"
+"""Not a vLLM metric (exposed as ``…_total``): how often the emulator's step clock fell further behind its model than
+:data:`livestack.emulator.driver.MAX_LAG_S` and restarted from now. Each one stretched every running request's decode
+by the lost time: latencies measured across it are the host's, not the model's."""
 
 
 buckets_125 = buckets_1_2_5
@@ -263,4 +268,9 @@ class VllmMetrics:
             "Histogram of seconds between the modelled end of the step that produced a request's first token and "
             "its delivery (event-loop stalls; inside TTFT, outside the queue and prefill times).",
             BUCKETS_ITL,
+        ).labels(*values)
+        self.clock_resyncs = counter(
+            EMULATOR_CLOCK_RESYNCS_METRIC,
+            "Number of times the step clock fell further behind the model than the emulator's lag bound and "
+            "restarted from now (a host stall; the running requests' decode was stretched by it).",
         ).labels(*values)

@@ -145,6 +145,11 @@ class EmulatedInstance:
         """Base URL of this instance."""
         return f"http://{self.settings.host}:{self.port}"
 
+    @property
+    def clock_resyncs(self) -> int:
+        """How often this instance's step clock restarted from now (:data:`livestack.emulator.driver.MAX_LAG_S`)."""
+        return self._driver.clock_resyncs if self._driver is not None else 0
+
     def app(self) -> web.Application:
         """The aiohttp application (routes of vLLM's OpenAI server)."""
         app = web.Application(client_max_size=64 * 1024**2)

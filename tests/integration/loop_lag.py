@@ -49,3 +49,7 @@ class LoopLag:
         if not self.lags_s:
             return 0.0
         return float(np.quantile(self.lags_s, q))
+
+    def max_s(self) -> float:
+        """The longest wake-up lag sampled so far, in wall-clock seconds (0 before any sample)."""
+        return max(self.lags_s, default=0.0)

@@ -29,7 +29,18 @@ async def test_a_blocked_loop_shows_as_lag_and_an_idle_one_does_not() -> None:
     assert busy.quantile_s(0.95) > idle.quantile_s(0.95)
 
 
+async def test_one_long_stall_shows_in_the_maximum_not_in_the_p95() -> None:
+    """A single stall (what restarts the emulator's clock) hides from a quantile among hundreds of calm samples."""
+    async with LoopLag(period_s=0.002) as lag:
+        await asyncio.sleep(0.3)
+        _hold_the_loop(0.1)
+        await asyncio.sleep(0.3)
+    assert lag.quantile_s(0.95) < 0.02
+    assert lag.max_s() >= 0.09
+
+
 def test_no_sample_reads_as_no_lag_and_a_bad_period_is_refused() -> None:
     assert LoopLag().quantile_s(0.95) == 0.0
+    assert LoopLag().max_s() == 0.0
     with pytest.raises(ValueError, match="period_s"):
         LoopLag(period_s=0.0)

@@ -86,6 +86,11 @@ class Side:
     quantiles_s: dict[str, float]
     loop_lag_p95_s: float = 0.0
     """The p95 wake-up lag of the event loop during the run, in emulated seconds (0 for the simulator)."""
+    loop_lag_max_s: float = 0.0
+    """The longest wake-up lag of the event loop during the run, in emulated seconds (0 for the simulator)."""
+    clock_resyncs: int = 0
+    """How often an emulated instance's step clock restarted from now after a stall past its lag bound (each one
+    stretched its running requests' decode by the stall: the latencies are then the host's, not the model's)."""
 
 
 async def measure(tmp_path: Path, scenario_text: str = SCENARIO, policy_text: str = POLICY) -> tuple[Side, Side]:
@@ -121,6 +126,7 @@ async def measure(tmp_path: Path, scenario_text: str = SCENARIO, policy_text: st
         async with LoopLag() as lag:
             results = await replay(specs, options)
         records = c.records()
+        clock_resyncs = sum(i.clock_resyncs for i in c.host.instances)
         # every remote plan stopped counting as incoming on its decode instance once its prefill leg was over
         assert [i.incoming for i in c.router.registry.instances.values()] == [0, 0, 0]
     live = {s.tenant: s for s in summarize(results)}["chat"]
@@ -132,6 +138,8 @@ async def measure(tmp_path: Path, scenario_text: str = SCENARIO, policy_text: st
         Counter(r["reason"] for r in records),
         {f: getattr(live, f) for f in FIELDS},
         lag.quantile_s(0.95) / TIME_SCALE,
+        lag.max_s() / TIME_SCALE,
+        clock_resyncs,
     )
     return sim_side, live_side
 
@@ -155,7 +163,10 @@ def report(sim: Side, live: Side) -> str:
         s, v = sim.quantiles_s[f], live.quantiles_s[f]
         lines.append(f"{f}: sim {s * 1e3:.1f} ms, live {v * 1e3:.1f} ms ({v / s - 1.0:+.1%})")
     lines.append(f"reasons: sim {dict(sim.reasons)}, live {dict(live.reasons)}")
-    lines.append(f"event loop lag p95 during the live run: {live.loop_lag_p95_s * 1e3:.2f} ms emulated")
+    lines.append(
+        f"event loop lag during the live run: p95 {live.loop_lag_p95_s * 1e3:.2f} ms, "
+        f"max {live.loop_lag_max_s * 1e3:.1f} ms emulated; emulator clock restarts {live.clock_resyncs}"
+    )
     return "\n".join(lines)
 
 
@@ -177,11 +188,13 @@ async def test_parity_sim_live_state_dependent_policy(tmp_path: Path) -> None:
     allowance_s = max(LIVE_JITTER_S, live.loop_lag_p95_s)
     for f in FIELDS:
         deviation = live.quantiles_s[f] / sim.quantiles_s[f] - 1.0
-        # 10 %, or the event loop's scheduling delay on a busy 2-core machine: full-suite CI runs measured TPOT p95
-        # 7.9-8.2 ms live against 7.0 ms simulated (+12.6 % to +15.7 %, 0.9-1.2 ms); alone, and in a full run on
-        # an idle machine (loop lag p95 0.22 ms emulated), the same test gives +0.4 %.
+        # 10 %, or the event loop's scheduling delay on a busy 2-core machine. Full-suite CI runs measured TPOT p95
+        # 7.9-8.2 ms live against 7.0 ms simulated (+12.6 % to +15.7 %) with the loop's p95 lag normal, as stalls
+        # past the emulator's old 0.5 s lag bound would do: two 0.7 s stalls gave +7.8 % there. At the 5 s bound the
+        # same stalls give +1.0 % (no clock restart), a run without them +0.4 % (alone or in a full run).
         within_jitter = abs(live.quantiles_s[f] - sim.quantiles_s[f]) <= allowance_s
         assert abs(deviation) <= 0.10 or within_jitter, (
-            f"{f} deviates {deviation:+.1%} (allowance {allowance_s * 1e3:.2f} ms; "
-            f"loop lag p95 {live.loop_lag_p95_s * 1e3:.2f} ms emulated)"
+            f"{f} deviates {deviation:+.1%} (allowance {allowance_s * 1e3:.2f} ms; loop lag p95 "
+            f"{live.loop_lag_p95_s * 1e3:.2f} ms, max {live.loop_lag_max_s * 1e3:.1f} ms emulated; "
+            f"emulator clock restarts {live.clock_resyncs})"
         )
