@@ -28,7 +28,7 @@ def _function_local_project_imports(path: Path, root: Path = ROOT) -> list[str]:
                 names = [node.module]
             for name in names:
                 if name.split(".")[0] in PROJECT:
-                    found.append(f"{path.relative_to(root)}:{node.lineno}: {func.name} imports {name}")
+                    found.append(f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}: {func.name} imports {name}")
     return found
 
 

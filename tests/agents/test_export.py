@@ -25,11 +25,13 @@ class _SpacesOnly(gym.Env[np.ndarray, np.ndarray]):
         self.observation_space = LAYOUT.observation_space()
         self.action_space = CODEC.action_space()
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         return self.observation_space.sample(), {}
 
-    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         raise NotImplementedError
 
 

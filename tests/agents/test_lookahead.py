@@ -60,7 +60,7 @@ def test_ties_keep_the_previous_choice_and_a_clear_gain_switches() -> None:
 
 
 def test_margin_and_default_make_the_expert_sticky() -> None:
-    returns = [[10, 10.5, 3], [10, 10.9, 3], [10, 12, 3], [10, 10.2, 3]]
+    returns: list[list[float]] = [[10, 10.5, 3], [10, 10.9, 3], [10, 12, 3], [10, 10.2, 3]]
     sticky = _Scripted(returns, horizon_intervals=1, switch_margin_frac=0.1, default=0)
     # within 10 % of the best the default holds; a 20 % gain moves it, and it comes back as soon as it ties
     assert _choices(sticky, 4) == [0, 0, 1, 0]
@@ -69,8 +69,8 @@ def test_margin_and_default_make_the_expert_sticky() -> None:
 
 def test_route_margin_lets_threshold_switches_through_and_holds_pool_moves() -> None:
     """Candidates 0 and 1 keep the pools where they are; candidate 2 moves an instance."""
-    ends = [(("g", 2, 2),), (("g", 2, 2),), (("g", 1, 3),)]
-    returns = [[10, 10.5, 3], [10, 10.2, 11], [10, 9, 12.5], [10, 11, 10]]
+    ends: Ends = [(("g", 2, 2),), (("g", 2, 2),), (("g", 1, 3),)]
+    returns: list[list[float]] = [[10, 10.5, 3], [10, 10.2, 11], [10, 9, 12.5], [10, 11, 10]]
     chooser = _Scripted(returns, ends, horizon_intervals=1, switch_margin_frac=0.15, route_switch_margin_frac=0.0)
     chooser.default = chooser.chosen = 0
     # a threshold-only gain is taken at once; an 8 % pool-move gain is not, a 39 % one is; moving back to the

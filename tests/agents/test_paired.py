@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -56,7 +57,9 @@ def test_zero_goodput_is_left_out_and_counted() -> None:
         ({"s": 1.0}, {"t": 1.0}, {}, "no scenario where both policies have a positive goodput"),
     ],
 )
-def test_bad_input_is_one_line_naming_it(a: dict[str, float], b: dict[str, float], kwargs: dict, message: str) -> None:
+def test_bad_input_is_one_line_naming_it(
+    a: dict[str, float], b: dict[str, float], kwargs: dict[str, Any], message: str
+) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")) as info:
         paired_ratio(a, b, **kwargs)
     assert "\n" not in str(info.value)

@@ -59,7 +59,12 @@ def test_a_stop_check_ends_the_episode_without_draining() -> None:
     assert episode.sim.now_s == pytest.approx(asked[-1]) == pytest.approx(3 * scenario.control_interval_s)
     # asked through the drain too, one interval at a time, when it never says stop
     asked.clear()
-    never = run_episode(episode_env(scenario, policy), policy, 0, stop=lambda env: bool(asked.append(env.sim.now_s)))
+
+    def never_stop(env: PDClusterEnv) -> bool:
+        asked.append(env.sim.now_s)
+        return False
+
+    never = run_episode(episode_env(scenario, policy), policy, 0, stop=never_stop)
     assert not never.stopped
     assert max(asked) > scenario.duration_s
     assert never.sim.num_in_flight == 0

@@ -21,7 +21,7 @@ from agents.selector_branch import (
     latest_finish_s,
     with_branches,
 )
-from agents.selector_data import GroupRollout, selector_targets
+from agents.selector_data import GroupRollout, SelectorDataset, selector_targets
 from agents.train import train
 from env.gym_env import resolve_scenario
 from policies.artifacts import load_learned
@@ -105,7 +105,7 @@ def test_a_branched_run_behind_admission_runs_the_selector_and_every_branch_behi
     assert not all(np.array_equal(a.met_weighted, b.met_weighted) for a, b in zip(admitted, behind, strict=True))
 
 
-def _dataset() -> tuple[np.ndarray, object]:
+def _dataset() -> tuple[np.ndarray, SelectorDataset]:
     x = np.zeros((2, GROUP_INPUT_WIDTH), dtype=np.float32)
     rollouts = [
         GroupRollout("s", 0, "g1", "dynamo-legacy", x, 4.0, 10.0, 0.0),

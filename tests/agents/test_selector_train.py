@@ -320,7 +320,8 @@ def test_a_low_ratio_expectile_scores_a_spread_rule_below_a_steady_one_as_good_o
 
     def ratios(fit: FitResult) -> np.ndarray:
         scores = SelectorNetwork.from_tensors(fit.tensors, len(rules)).scores(_inputs(0.0, 1))[0]
-        return 1.0 / (1.0 + np.exp(-scores.astype(np.float64)))
+        out: np.ndarray = 1.0 / (1.0 + np.exp(-scores.astype(np.float64)))
+        return out
 
     plain = fit_selector(data, seed=0, **kwargs)  # type: ignore[arg-type]
     mean_fit, low_fit = ratios(plain), ratios(fit_selector(data, seed=0, ratio_expectile=0.2, **kwargs))  # type: ignore[arg-type]
@@ -438,6 +439,9 @@ def test_rollouts_are_cached_per_task_in_the_run_folder_and_only_new_tasks_are_s
     def count(done: int, total: int) -> None:
         simulated.append(done)
 
+    first: list[GroupRollout]
+    again: list[GroupRollout]
+    both: list[GroupRollout]
     first, first_s = cached_rollouts(cache, [legacy], 1, count)
     assert cache.exists()
     assert first_s > 0
@@ -472,6 +476,7 @@ def test_a_stopped_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         cached_rollouts(cache, tasks, 1, stop_after_the_first, checkpoint_s=0.0)
     simulated: list[int] = []
+    rollouts: list[GroupRollout]
     rollouts, rollout_s = cached_rollouts(cache, tasks, 1, lambda done, total: simulated.append(done))
     assert simulated == [1]  # only the task the stopped run had not finished
     assert [r.rule for r in rollouts] == [RULES[0]] * 2 + [RULES[1]] * 2

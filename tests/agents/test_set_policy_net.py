@@ -33,11 +33,13 @@ class _SpacesOnly(gym.Env[np.ndarray, np.ndarray]):
         self.observation_space = LAYOUT.observation_space()
         self.action_space = CODEC.action_space()
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         return self.observation_space.sample(), {}
 
-    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         raise NotImplementedError
 
 
@@ -50,7 +52,9 @@ def _perturb_heads(model: MaskablePPO, seed: int) -> None:
     """Heads start near zero (gain 0.01); give them weight so arg-maxes are not ties."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for head in (model.policy.mlp_extractor.group_head, model.policy.mlp_extractor.tenant_head):
+        extractor = model.policy.mlp_extractor
+        for head in (extractor.group_head, extractor.tenant_head):
+            assert isinstance(head, torch.nn.Linear)
             head.weight.normal_(0.0, 1.0, generator=generator)
 
 

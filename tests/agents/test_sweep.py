@@ -149,7 +149,7 @@ def _artifact_json(client: Any, run_id: str, name: str, dst: Path) -> dict[str, 
     return data
 
 
-def _check_logged(client: Any, parent_id: str, finished: list[int], failed: list[int], dst: Path) -> dict[str, float]:
+def _check_logged(client: Any, parent_id: str, finished: list[int], failed: list[int], dst: Path) -> dict[int, float]:
     """The parent records the grid and the ranking; each child its trial; returns goodput per finished trial."""
     parent = client.get_run(parent_id)
     assert parent.data.tags["pdctl.sweep"] == "parent"

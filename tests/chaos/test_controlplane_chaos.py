@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -259,7 +260,9 @@ class JumpingClock(VirtualClock):
         return super().now() + self.offset
 
 
-async def _run_loop(tmp_path: Path, jumps: dict[int, timedelta], ticks: int, outage: set[int]) -> list[dict[str, Any]]:
+async def _run_loop(
+    tmp_path: Path, jumps: dict[int, timedelta], ticks: int, outage: set[int]
+) -> list[Mapping[str, Any]]:
     reader = FakeReader(surge())
     config = make_config(tmp_path, guard={"hysteresis_ticks": 2, "cooldown_s": 5.0, "max_staleness_s": 3.0})
     clock = JumpingClock()
@@ -270,7 +273,7 @@ async def _run_loop(tmp_path: Path, jumps: dict[int, timedelta], ticks: int, out
         AuditLog(config.audit_log),
         OverrideWatcher(config.override_dir),
     )
-    records = []
+    records: list[Mapping[str, Any]] = []
     for tick in range(ticks):
         if tick in jumps:
             clock.offset += jumps[tick]
@@ -295,7 +298,7 @@ async def test_clock_jumps_change_no_decision(tmp_path: Path, chaos_table: Chaos
     jumping = await _run_loop(tmp_path / "b", jumps, ticks, outage)
     wall_s = time.monotonic() - start
 
-    def decisions(records: list[dict[str, Any]]) -> list[Any]:
+    def decisions(records: list[Mapping[str, Any]]) -> list[Any]:
         return [(r["plan"]["pools"], r["plan"]["thresholds"], r["guarded"]["pools"]) for r in records]
 
     changed = sum(1 for a, b in zip(decisions(steady), decisions(jumping), strict=True) if a != b)

@@ -422,7 +422,7 @@ async def test_role_flip_under_load_fails_nothing(tmp_path: Path, chaos_table: C
         run = LoadRun()
         task = asyncio.create_task(_fault_phase(c, _mixed(40), run=run))
         changes = [{"d1": "prefill"}, {"d1": "decode"}, {"p0": "decode"}, {"p0": "prefill"}]
-        flips = await _flip_roles_at_progress(c, run, changes)  # type: ignore[arg-type]
+        flips = await _flip_roles_at_progress(c, run, changes)
         fault, counts = await asyncio.wait_for(task, 10 * REQUEST_BOUND_S)
         c.router.log.flush()  # type: ignore[union-attr]
         missing = assert_records_match(fault.outcomes, c.records())

@@ -238,7 +238,8 @@ def audit_records(path: Path) -> list[dict[str, Any]]:
 def tenant_block(document: Mapping[str, Any], tenant: str) -> Mapping[str, Any]:
     for block in document.get("tenants", []):
         if block.get("name") == tenant:
-            return block
+            found: Mapping[str, Any] = block
+            return found
     raise KeyError(tenant)
 
 

@@ -80,7 +80,7 @@ async def admin() -> AsyncIterator[tuple[FakeServer, dict[str, Any]]]:
         return request.headers.get("Authorization") == f"Bearer {TOKEN}"
 
     async def handle(request: web.Request) -> web.Response:
-        body = await request.json() if request.can_read_body else None
+        body: dict[str, Any] | None = await request.json() if request.can_read_body else None
         server.calls.append((request.method, request.path, body))
         await asyncio.sleep(server.delay_s)
         if not authorized(request):
@@ -88,12 +88,14 @@ async def admin() -> AsyncIterator[tuple[FakeServer, dict[str, Any]]]:
         if server.status != 200:
             return web.json_response({"error": {"message": "injected", "field": ""}}, status=server.status)
         if request.path == "/admin/policy":
+            assert body is not None
             if body.get("generation", state["generation"] + 1) <= state["generation"]:  # compare-and-set
                 error = {"message": "stale generation", "field": "generation", "current_generation": 0}
                 return web.json_response({"error": {**error, "current_generation": state["generation"]}}, status=409)
             state["generation"] = body.get("generation", state["generation"] + 1)
             state["policy"] = body["policy"]
         elif request.path == "/admin/roles":
+            assert body is not None
             if body.get("generation", state["roles_generation"] + 1) <= state["roles_generation"]:
                 error = {"message": "stale generation", "field": "generation"}
                 return web.json_response(

@@ -9,6 +9,7 @@ emulated instances on loopback; the metric source is a fixed readout (the pairin
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,7 @@ async def test_learned_admission_behind_a_router_without_the_stage_is_flagged_on
     assert len(warnings) == 1  # once per change, not every tick
     assert "fitted behind the router's admission stage at slack 1" in warnings[0]
     assert "stage is off" in warnings[0]
-    records: list[dict[str, Any]] = [first.record, second.record]
+    records: list[Mapping[str, Any]] = [first.record, second.record]
     assert all("stage is off" in r["admission_mismatch"] for r in records)
     assert not any("admission" in reason for reason in loop.not_ready_reasons)  # a warning, never a reason to stop
 

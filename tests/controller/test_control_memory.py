@@ -35,8 +35,9 @@ from controller.lease import lease_path
 from controller.loop import ControlLoop
 from controller.overrides import OverrideWatcher
 from controller.telemetry import Telemetry
-from policies.base import Observation, PolicyContext
+from policies.base import PolicyContext
 from policies.control import ControlState
+from policies.features import Observation
 from policies.guard import GroupGuardState, GuardState, ThresholdMove
 from policies.registry import inner_rule_selector
 from policies.schema import (

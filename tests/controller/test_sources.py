@@ -302,7 +302,9 @@ _NAME_PARTS = st.sampled_from(["vllm:", "vllm:num_", "requests", "_total", "_buc
         max_size=12,
     ),
 )  # fmt: skip
-def test_the_line_filter_keeps_exactly_the_lines_of_wanted_names(wanted: frozenset[str], lines: list) -> None:
+def test_the_line_filter_keeps_exactly_the_lines_of_wanted_names(
+    wanted: frozenset[str], lines: list[tuple[str, str]]
+) -> None:
     from controller.sources.scrape import _line_filter
 
     text = "\n".join(name + rest for name, rest in lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -81,7 +82,9 @@ def test_controller_config_is_valid_for_both_sources(tmp_path: Path) -> None:
         assert config.source.kind == ("prometheus" if prometheus_url else "scrape")
 
 
-def _req(tenant: str, ttft: float | None, tpot: float | None, status: int = 200, error: str | None = None) -> dict:
+def _req(
+    tenant: str, ttft: float | None, tpot: float | None, status: int = 200, error: str | None = None
+) -> dict[str, Any]:
     return {"tenant": tenant, "ttft_s": ttft, "tpot_s": tpot, "status": status, "error": error, "arrival_s": 0.0}
 
 

@@ -29,7 +29,7 @@ class _Payload:
         self.marker = marker
 
     def __reduce__(self) -> tuple[object, tuple[str]]:
-        return Path.touch, (str(self.marker),)  # type: ignore[return-value]
+        return Path.touch, (str(self.marker),)
 
 
 @pytest.fixture(scope="module")

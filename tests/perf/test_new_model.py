@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -54,7 +55,9 @@ def test_hf_config_gives_the_same_architecture_as_the_named_model(tmp_path: Path
         ({"intermediate_size": "big"}, "intermediate_size"),
     ],
 )
-def test_bad_config_fails_in_one_line_naming_file_and_field(tmp_path: Path, changes: dict, field: str) -> None:
+def test_bad_config_fails_in_one_line_naming_file_and_field(
+    tmp_path: Path, changes: dict[str, Any], field: str
+) -> None:
     config = _config(tmp_path, **changes)
     args = ["perf", "predict", "--profile-dir", profile().source, "--model-config", str(config), "--decode-batch", "1"]
     result = runner.invoke(app, args)

@@ -71,7 +71,8 @@ def test_the_ceiling_is_the_mean_of_windows_at_this_load_or_lighter() -> None:
         record.add(load, attainment)
     ceiling = record.ceiling(2.5, min_windows=2)
     assert ceiling is not None
-    assert (ceiling.attainment_frac, ceiling.num_windows, ceiling.lighter) == (pytest.approx(0.15), 2, True)
+    assert ceiling.attainment_frac == pytest.approx(0.15)
+    assert (ceiling.num_windows, ceiling.lighter) == (2, True)
     assert record.ceiling(1.5, min_windows=2) is None  # one window at or below 1.5
     every = record.ceiling(5.0, min_windows=3)
     assert every is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -61,7 +62,7 @@ def run(
     target: PoolTargets,
     limits: GuardLimits = LIMITS,
     state: GuardState | None = None,
-    **window_kwargs: object,
+    **window_kwargs: Any,
 ) -> tuple[PoolTargets, set[ClampReason], GuardState]:
     guard = SafetyGuard(limits)
     result = guard.apply(

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -91,7 +92,7 @@ def test_decide_respects_masks_and_returns_a_control_action(tmp_path: Path) -> N
         ({"obs_normalisation": {"mean": [0.0], "var": [1.0]}}, "obs_normalisation"),
     ],
 )
-def test_mismatched_or_malformed_artifacts_are_refused(tmp_path: Path, override: dict[str, object], field: str) -> None:
+def test_mismatched_or_malformed_artifacts_are_refused(tmp_path: Path, override: dict[str, Any], field: str) -> None:
     write_artifact(tmp_path, **override)
     with pytest.raises(PolicyLoadError, match=field) as info:
         LearnedPolicy.load(tmp_path)

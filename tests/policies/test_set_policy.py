@@ -350,7 +350,7 @@ def test_the_policy_spec_grammar_loads_set_artifacts_for_every_command(tmp_path:
         policy = load_policy(spec, base, resolver=lambda _uri: tmp_path / "set")
         assert fixed_layout(policy) is None  # any layout up to the maximum: the env grows to fit
         inner = getattr(policy, "primary", policy)
-        assert isinstance(inner.inner, SetPolicy)
+        assert isinstance(getattr(inner, "inner", None), SetPolicy)
     write_set_artifact(tmp_path / "bad", codec_hash="0" * 16)
     with pytest.raises(PolicySpecError, match=r"codec_hash: artifact has '0000000000000000'"):
         load_policy(f"learned:{tmp_path / 'bad'}", base)

@@ -53,8 +53,8 @@ def test_half_open_lets_a_round_of_probes_through_and_closes_on_their_success() 
 def test_failed_probes_open_it_again_for_another_window() -> None:
     changes: list[tuple[BreakerState, int, int]] = []
     breaker = _breaker(changes)
-    for t in range(4):
-        breaker.record(float(t), False)
+    for i in range(4):
+        breaker.record(float(i), False)
     for t in (13.0, 13.1):
         assert breaker.allows_remote(t)
         breaker.sent_remote(t)

@@ -456,7 +456,7 @@ def test_one_groups_move_leaves_the_other_groups_judged() -> None:
     watchdog; h fine while g fails does not. With every group moving, the window is not judged at all."""
     fallback = FilePolicy(TWO_GROUPS, "file:base")
     params = WatchdogParams(trigger_intervals=2, settle_grace_s=600.0, move_dwell_s=0.0)
-    wd = SloWatchdog(MovesG(), fallback, params)  # type: ignore[arg-type]
+    wd = SloWatchdog(MovesG(), fallback, params)
     two_group_step(wd, 0.9, 0.9, DEPLOYED, now_s=0.0)  # the first window: never judged
     two_group_step(wd, 0.9, 0.1, DEPLOYED, now_s=15.0)
     assert wd.state.settling_groups == ("g",)
@@ -466,7 +466,7 @@ def test_one_groups_move_leaves_the_other_groups_judged() -> None:
     two_group_step(wd, 0.9, 0.1, DEPLOYED, now_s=30.0)
     assert wd.state.tripped
     # The other way round: g (moving) fails, h is fine: judged on h, not failing.
-    calm = SloWatchdog(MovesG(), fallback, params)  # type: ignore[arg-type]
+    calm = SloWatchdog(MovesG(), fallback, params)
     for tick in range(6):
         two_group_step(calm, 0.0, 0.9, DEPLOYED, now_s=15.0 * tick)
     assert calm.state.trips == 0
@@ -476,7 +476,7 @@ def test_one_groups_move_leaves_the_other_groups_judged() -> None:
 
 def test_the_streak_ends_when_the_moving_groups_change() -> None:
     fallback = FilePolicy(TWO_GROUPS, "file:base")
-    wd = SloWatchdog(MovesG(), fallback, WatchdogParams(trigger_intervals=3, settle_grace_s=600.0, move_dwell_s=0.0))  # type: ignore[arg-type]
+    wd = SloWatchdog(MovesG(), fallback, WatchdogParams(trigger_intervals=3, settle_grace_s=600.0, move_dwell_s=0.0))
     two_group_step(wd, 0.1, 0.1, PoolTargets(3, 1), now_s=0.0)  # the first window
     two_group_step(wd, 0.1, 0.1, PoolTargets(3, 1), now_s=15.0)  # nothing moving: judged on both, failing
     two_group_step(wd, 0.1, 0.1, PoolTargets(3, 1), now_s=30.0)
@@ -506,13 +506,13 @@ def test_groups_run_as_the_fallback_would_are_left_out_of_the_judgement() -> Non
     The same windows with g failing too trip the watchdog, judged on g alone."""
     fallback = FilePolicy(TWO_GROUPS, "file:base")
     params = WatchdogParams(trigger_intervals=2, settle_grace_s=600.0, move_dwell_s=0.0)
-    wd = SloWatchdog(FallbackInH(), fallback, params)  # type: ignore[arg-type]
+    wd = SloWatchdog(FallbackInH(), fallback, params)
     for tick in range(8):
         two_group_step(wd, 0.9, 0.0, PoolTargets(3, 1), now_s=15.0 * tick)
     assert wd.state.trips == 0
     assert wd.state.bar_frac == 0.5
     assert wd.state.settling_groups == ()
-    failing = SloWatchdog(FallbackInH(), fallback, params)  # type: ignore[arg-type]
+    failing = SloWatchdog(FallbackInH(), fallback, params)
     for tick in range(3):
         two_group_step(failing, 0.2, 0.9, PoolTargets(3, 1), now_s=15.0 * tick)
     assert failing.state.tripped
@@ -525,7 +525,7 @@ def test_the_fallback_is_judged_on_the_groups_that_tripped_the_watchdog() -> Non
     failing, where the cluster's record would have set a bar of 0.45 and tripped the watchdog again."""
     fallback = FilePolicy(TWO_GROUPS, "file:base")
     params = WatchdogParams(trigger_intervals=2, hold_intervals=10, handback_windows=3, settle_grace_s=0.0)
-    wd = SloWatchdog(FallbackInH(), fallback, params)  # type: ignore[arg-type]
+    wd = SloWatchdog(FallbackInH(), fallback, params)
     pattern = ""
     for tick in range(20):
         two_group_step(wd, 0.1, 0.9, PoolTargets(3, 1), now_s=15.0 * tick)

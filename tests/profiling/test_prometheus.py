@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -33,6 +34,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         query = parse_qs(url.query)["query"][0]
         self.queries.append(query)
+        result: list[dict[str, Any]]
         if url.path == "/api/v1/query_range":
             result = [{"metric": {}, "values": [[1000 + 60 * i, str(r)] for i, r in enumerate([1.0, 2.0, 3.0, 2.0])]}]
         else:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -96,7 +97,7 @@ def test_azure_conversation_is_worth_evaluating(traces_dir: Path) -> None:
         ({"num_requests": MIN_REQUESTS_FOR_VERDICT, "short_short_frac": 1.0}, Decision.NOT_A_PRIORITY),
     ],
 )
-def test_rules(changes: dict[str, float], decision: Decision) -> None:
+def test_rules(changes: dict[str, Any], decision: Decision) -> None:
     verdict = decide_verdict(dataclasses.replace(BASE, **changes))
     assert verdict.decision is decision
     assert verdict.reasons

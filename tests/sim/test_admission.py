@@ -6,6 +6,7 @@ import numpy as np
 
 from env.scenario import Scenario
 from env.sim.records import SimRequest
+from env.workloads.columns import RequestColumns
 from policies.admission import AdmissionConfig
 from policies.schema import RouteReason, RoutingThresholds
 from tests.sim.helpers import POISSON, columns, simulator
@@ -24,7 +25,7 @@ def _scenario(ttft_p95_s: float) -> Scenario:
     )
 
 
-def _overload(n: int = 600) -> dict[str, object]:
+def _overload(n: int = 600) -> dict[str, RequestColumns]:
     # 8000-token prompts at 20 req/s: several times what one 8B prefill instance computes, for 30 s
     return {"t": columns(np.linspace(0.0, 30.0, n), 8000, 20)}
 

@@ -13,7 +13,15 @@ from env.sim.placement import decode_view
 from env.sim.records import STAGES, SimRequest
 from env.sim.simulator import InstanceState
 from policies.routing import decide_route
-from policies.schema import ControlAction, FallbackAction, MetricWindow, PoolTargets, Route, RouteReason
+from policies.schema import (
+    ControlAction,
+    FallbackAction,
+    MetricWindow,
+    PoolTargets,
+    Route,
+    RouteReason,
+    RoutingThresholds,
+)
 from tests.sim.helpers import LOCAL_ALWAYS, REMOTE_ALWAYS, columns, random_columns, scenario, simulator
 
 
@@ -27,9 +35,7 @@ def test_router_calls_the_shared_decision_once_per_request(monkeypatch: pytest.M
 
     monkeypatch.setattr(simulator_module, "decide_route", spy)
     rng = np.random.default_rng(1)
-    sim = simulator(
-        scenario(2, 2), {"t": random_columns(rng, 200, 20.0)}, thresholds=simulator_module.RoutingThresholds()
-    )
+    sim = simulator(scenario(2, 2), {"t": random_columns(rng, 200, 20.0)}, thresholds=RoutingThresholds())
     sim.run()
     assert len(calls) == 200
     for features, decision in calls:
@@ -145,8 +151,6 @@ def test_prefix_hits_on_the_decode_side_shrink_transfers() -> None:
 
 
 def test_prefix_aware_decode_choice_and_local_on_hit() -> None:
-    from policies.schema import RoutingThresholds
-
     thresholds = RoutingThresholds(min_remote_input_tokens=2048, max_local_input_tokens=1024)
     hashes = [[7, 8, 9, 10, 11, 12]] * 3
     sim = simulator(scenario(1, 3), {"t": columns([0.0, 10.0, 20.0], 3000, 200, hash_ids=hashes)}, thresholds)
@@ -232,7 +236,9 @@ def test_snapshot_is_a_metric_window_with_unknowns_as_none() -> None:
     busy, idle = window.tenants["busy"], window.tenants["idle"]
     assert busy.request_rate_rps is not None
     assert busy.request_rate_rps > 10
+    assert busy.ttft_p50_s is not None
     assert busy.ttft_p95_s is not None
+    assert busy.ttft_p99_s is not None
     assert busy.ttft_p50_s <= busy.ttft_p95_s <= busy.ttft_p99_s
     assert busy.slo_attainment_frac == 1.0  # no SLO set: every request meets it
     assert idle.ttft_p95_s is None

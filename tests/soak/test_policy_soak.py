@@ -106,8 +106,8 @@ def soak(
         before = env.current_pools()
         env.control(policy.decide(env.observation(), env.policy_context()))
         for group, target in env.current_pools().items():
-            old = before[group]
-            direction = (_sign(target.num_prefill - old.num_prefill), _sign(target.num_decode - old.num_decode))
+            was = before[group]
+            direction = (_sign(target.num_prefill - was.num_prefill), _sign(target.num_decode - was.num_decode))
             if direction == (0, 0):
                 continue
             flaps.pool_changes += 1

@@ -46,7 +46,7 @@ def test_invalid_configs_are_refused(data: dict[str, object]) -> None:
 
 
 def test_models_are_frozen() -> None:
-    config = PoissonWorkload(rate_rps=1, input_tokens=SHORT, output_tokens=SHORT)  # type: ignore[arg-type]
+    config = PoissonWorkload(rate_rps=1, input_tokens=SHORT, output_tokens=SHORT)
     with pytest.raises(ValidationError):
         config.rate_rps = 3  # type: ignore[misc]
 
@@ -63,7 +63,7 @@ def test_models_are_frozen() -> None:
 )
 def test_lognormal_parametrisations_validated(data: dict[str, float]) -> None:
     with pytest.raises(ValidationError):
-        LognormalLength(kind="lognormal", **data)  # type: ignore[arg-type]
+        LognormalLength(kind="lognormal", **data)
 
 
 def test_lognormal_mean_p95_solution() -> None:
