@@ -50,6 +50,10 @@ class LoopLag:
             return 0.0
         return float(np.quantile(self.lags_s, q))
 
+    def stalled_s(self, min_lag_s: float) -> float:
+        """The sum of the sampled lags of at least ``min_lag_s`` (the loop's stalls), in wall-clock seconds."""
+        return float(sum(lag for lag in self.lags_s if lag >= min_lag_s))
+
     def max_s(self) -> float:
         """The longest wake-up lag sampled so far, in wall-clock seconds (0 before any sample)."""
         return max(self.lags_s, default=0.0)

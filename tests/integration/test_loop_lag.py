@@ -37,10 +37,12 @@ async def test_one_long_stall_shows_in_the_maximum_not_in_the_p95() -> None:
         await asyncio.sleep(0.3)
     assert lag.quantile_s(0.95) < 0.02
     assert lag.max_s() >= 0.09
+    assert 0.09 <= lag.stalled_s(0.05) < 0.2  # the one stall, not the calm samples' millisecond overshoots
 
 
 def test_no_sample_reads_as_no_lag_and_a_bad_period_is_refused() -> None:
     assert LoopLag().quantile_s(0.95) == 0.0
     assert LoopLag().max_s() == 0.0
+    assert LoopLag().stalled_s(0.05) == 0.0
     with pytest.raises(ValueError, match="period_s"):
         LoopLag(period_s=0.0)
