@@ -15,13 +15,13 @@ policy and seed the question is about.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import re
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from agents.result_rows import read_rows
 
 _GOODPUT = re.compile(r"^weighted goodput ([0-9.]+) rps$", re.MULTILINE)
 _CHANGE = re.compile(r"(\d+) s (\S+): (\S+) -> (\S+)")
@@ -40,15 +40,11 @@ class Outcome:
 
 
 def _rules(path: Path) -> dict[str, dict[str, float]]:
-    """Scenario → rule name → weighted goodput (tenant=ALL rows; the ``baseline:`` prefix dropped)."""
-    table: dict[str, dict[str, float]] = defaultdict(dict)
-    with path.open(encoding="utf-8", newline="") as handle:
-        for row in csv.DictReader(handle):
-            if row["tenant"] == "ALL":
-                table[row["scenario"]][row["policy"].removeprefix("baseline:")] = float(
-                    row["weighted_goodput_rps_mean"]
-                )
-    return table
+    """Scenario → rule name → weighted goodput, by :func:`agents.result_rows.read_rows` (``baseline:`` dropped)."""
+    return {
+        scenario: {policy.removeprefix("baseline:"): goodput for policy, (goodput, _) in by_policy.items()}
+        for scenario, by_policy in read_rows([path]).items()
+    }
 
 
 def _over(goodput: float, best: float) -> float:

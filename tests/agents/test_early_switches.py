@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.evaluate import simulator_digest
 from tests.script_modules import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "early_switches.py"
@@ -18,8 +19,9 @@ def _trace(folder: Path, scenario: str, goodput: float, changes: str) -> None:
 
 
 def _rules(path: Path, rows: list[tuple[str, str, float]]) -> Path:
-    lines = [f"baseline:{rule},{scenario},ALL,{goodput}\n" for rule, scenario, goodput in rows]
-    path.write_text("policy,scenario,tenant,weighted_goodput_rps_mean\n" + "".join(lines))
+    digest = simulator_digest()
+    lines = [f"baseline:{rule},{scenario},ALL,{goodput},{digest}\n" for rule, scenario, goodput in rows]
+    path.write_text("policy,scenario,tenant,weighted_goodput_rps_mean,simulator_sha256\n" + "".join(lines))
     return path
 
 
