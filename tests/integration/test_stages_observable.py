@@ -153,9 +153,16 @@ async def test_every_stage_is_observed_and_the_stages_add_up(tmp_path: Path) -> 
     # emulator's lag behind its model (a GC pause or a busy CI host once put 0.7 s of it into one run's TTFTs)
     d0_delay_s = total(d0, EMULATOR_FIRST_TOKEN_DELAY_METRIC + "_sum")
     assert 0.8 * (d0_ttft_s - d0_delay_s) < d0_queue_s + d0_prefill_s <= d0_ttft_s + 1e-6
+    # a request's TPOT is its decode span over its output tokens less one: a stall of the loop inside one span adds
+    # at most stall / (OUTPUT_TOKENS - 1) to that request's TPOT, on the router's side only while the emulator's
+    # clock catches up (its lag bound is 5 s), so the comparison allows that much beside its 30 %
     router_tpot_s = total(router, f"{ROUTER_STAGE_METRIC}_sum", stage="per_token_decode_time")
     d0_tpot_s = total(d0, "vllm:request_time_per_output_token_seconds_sum")
-    assert d0_tpot_s == pytest.approx(router_tpot_s, rel=0.3)
+    assert abs(d0_tpot_s - router_tpot_s) <= 0.3 * router_tpot_s + stall_s / (OUTPUT_TOKENS - 1), (
+        d0_tpot_s,
+        router_tpot_s,
+        stall_s,
+    )
 
     # the KV pulls: one NIXL read per remote leg, each the modelled pull of the prompt (all but the last token)
     pulls = total(d0, "vllm:nixl_xfer_time_seconds_count")
