@@ -30,6 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pdctl.commands.guard_option import GUARD_HELP, read_guard_option
+from pdctl.commands.lists import parse_seeds, split_list
 
 if TYPE_CHECKING:
     from policies.guard import GuardLimits
@@ -45,15 +46,11 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(code=EXIT_INVALID)
 
 
-def _split(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
 def _policies(text: str) -> list[str]:
     from agents.evaluate import all_baseline_specs
 
     out: list[str] = []
-    for spec in _split(text):
+    for spec in split_list(text):
         out.extend(all_baseline_specs() if spec == "baselines" else [spec])
     return list(dict.fromkeys(out))
 
@@ -247,8 +244,8 @@ def _run(
     from env.scenario import ScenarioError
 
     try:
-        paths = ev.scenario_paths(_split(scenarios))
-        seed_list = [int(s) for s in _split(seeds)]
+        paths = ev.scenario_paths(split_list(scenarios))
+        seed_list = parse_seeds(seeds)
     except (ValueError, OSError) as exc:
         raise _fail(str(exc)) from None
     if not paths or not seed_list:
@@ -400,7 +397,7 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
             "--policies",
             help="Comma list of specs (baseline:NAME, file:PATH, grid:, learned:PATH, expert:H, watchdog:PRIMARY).",
         ),
-        seeds: str = typer.Option("0,1,2", "--seeds", help="Comma list of seeds."),
+        seeds: str = typer.Option("0,1,2", "--seeds", help="Seeds: a comma list of seeds or ranges A..B."),
         workers: int | None = typer.Option(None, "--workers", help="Processes (default: min(CPUs, 2))."),
         traces: Path | None = typer.Option(None, "--traces", help="Trace folder for ${PDCTL_TRACES}."),  # noqa: B008
         grid_cache: Path | None = typer.Option(  # noqa: B008

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pdctl.commands.lists import parse_seeds, split_list
 from policies.policy_file import PolicyFileError, load_policy_file, resolve_policy
 
 __all__ = ["register"]
@@ -98,10 +99,6 @@ def _show(path: Path) -> None:
         console.print(f"expires at {resolved.expires_at.isoformat()}")
 
 
-def _split(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
 def _check_admission_slack(admission_slack: float | None, command: str) -> None:
     """Refuse a bad ``--admission-slack`` in one line, exit 2."""
     from policies.admission import AdmissionConfig
@@ -128,19 +125,19 @@ def _evaluate(
     from agents.registry import RegistryError, evaluate_version
 
     try:
-        seed_list = [int(s) for s in _split(seeds)]
-    except ValueError:
-        typer.echo(f"pdctl policy evaluate: --seeds: expected a comma list of integers, got {seeds!r}", err=True)
+        seed_list = parse_seeds(seeds)
+    except ValueError as exc:
+        typer.echo(f"pdctl policy evaluate: {exc}", err=True)
         raise typer.Exit(code=EXIT_INVALID) from None
     _check_admission_slack(admission_slack, "pdctl policy evaluate")
     try:
-        paths = scenario_paths(_split(scenarios))
+        paths = scenario_paths(split_list(scenarios))
         evidence = evaluate_version(
             name,
             version,
             paths,
             seed_list,
-            baselines=_split(baselines),
+            baselines=split_list(baselines),
             alias=alias,
             tracking_uri=tracking_uri,
             admission_ttft_slack_frac=admission_slack,
@@ -186,7 +183,9 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         scenarios: str | None = typer.Option(
             None, help="Evaluate at registration for the gate: comma list of scenario names, paths or suite:NAME."
         ),
-        seeds: str = typer.Option("0,1,2", help="Comma list of evaluation seeds (with --scenarios)."),
+        seeds: str = typer.Option(
+            "0,1,2", help="Evaluation seeds: seeds or ranges A..B, comma-separated (with --scenarios)."
+        ),
         baselines: str = typer.Option(
             "baseline:queue_kv", help="Comma list of baseline specs the candidate must beat (with --scenarios)."
         ),
@@ -223,7 +222,7 @@ def register(app: typer.Typer, name: str, help_text: str) -> None:
         name: str = typer.Argument(..., help="Registered model name."),
         version: int = typer.Option(..., "--version", help="Version to evaluate."),
         scenarios: str = typer.Option(..., help="Comma list of scenario names, paths or suite:NAME."),
-        seeds: str = typer.Option("0,1,2", help="Comma list of evaluation seeds."),
+        seeds: str = typer.Option("0,1,2", help="Evaluation seeds: a comma list of seeds or ranges A..B."),
         baselines: str = typer.Option("baseline:queue_kv", help="Comma list of baseline specs to beat."),
         alias: str = typer.Option("champion", "--alias", help="The alias holder is evaluated alongside."),
         tracking_uri: str | None = typer.Option(None, help=tracking_help),

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import typer
 
+from pdctl.commands.lists import parse_seeds
+
 __all__ = ["parse_seeds", "register"]
 
 EXIT_INVALID = 2
@@ -20,28 +22,6 @@ EXIT_INVALID = 2
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"pdctl scenarios generate: {message}", err=True)
     return typer.Exit(code=EXIT_INVALID)
-
-
-def parse_seeds(text: str) -> list[int]:
-    """Seeds of ``A..B`` (inclusive), ``A``, or a comma list of those, in order, without repeats.
-
-    Raises:
-        ValueError: one line naming the part that is not a seed or a range.
-    """
-    out: list[int] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        first, sep, last = part.partition("..")
-        if not first.isdigit() or (sep and not last.isdigit()):
-            raise ValueError(f"--seeds: {part!r} is not a seed or a range A..B of non-negative integers")
-        lo, hi = int(first), int(last) if sep else int(first)
-        if hi < lo:
-            raise ValueError(f"--seeds: range {part!r} ends before it starts")
-        out.extend(range(lo, hi + 1))
-    if not out:
-        raise ValueError("--seeds: no seed given")
-    return list(dict.fromkeys(out))
 
 
 def _generate(family_path: Path, seeds: str | None, split: str | None, limit: int | None, out: Path) -> None:

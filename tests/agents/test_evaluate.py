@@ -252,6 +252,13 @@ def test_cli_writes_tables_and_refuses_bad_specs(tiny_path: Path, tmp_path: Path
     bad = runner.invoke(app, [*args, "--policies", "baseline:nope"])
     assert bad.exit_code == 2
     assert "unknown baseline" in bad.output
+    # --seeds takes ranges as `pdctl scenarios generate` does, and a bad one is named in one line
+    ranged = runner.invoke(app, [*args[:3], "--seeds", "0..1", *args[5:], "--policies", "baseline:aggregated"])
+    assert ranged.exit_code == 0, ranged.output
+    assert {r["num_seeds"] for r in json.loads((out / "results.json").read_text())["aggregate"]} == {2}
+    bad_seeds = runner.invoke(app, [*args[:3], "--seeds", "0,x", *args[5:], "--policies", "baseline:aggregated"])
+    assert bad_seeds.exit_code == 2
+    assert "pdctl evaluate: --seeds: 'x' is not a seed or a range A..B" in bad_seeds.output
 
 
 SUMMARIZE = Path(__file__).resolve().parents[2] / "experiments" / "results" / "families" / "summarize.py"

@@ -170,7 +170,7 @@ def test_the_cli_refuses_typed_numbers_and_evaluates_at_registration(mlflow_serv
               "--tracking-uri", mlflow_server],
     )  # fmt: skip
     assert bad_seeds.exit_code == 2
-    assert "--seeds: expected a comma list of integers" in bad_seeds.output
+    assert "pdctl policy evaluate: --seeds: 'x' is not a seed or a range A..B" in bad_seeds.output
 
 
 def test_evidence_behind_admission_records_it_and_is_judged_only_against_the_same_stage(
