@@ -2,6 +2,7 @@
 
 Usage: python experiments/selector_cv.py --experiment EXPERIMENT.yaml --rollouts OUT/rollouts.pkl
        [--folds 5] [--variant '{"hidden_width": 16, "ensemble_members": 5}' ...] [--train-scenarios N ...]
+       [--switches]
 
 Reads the rollout cache a ``pdctl train`` run of a ``rule_selector`` experiment wrote (``OUT/rollouts.pkl``), splits
 its training scenarios into ``--folds`` folds (every scenario's groups, seeds and rate scales in one fold), and for
@@ -16,6 +17,15 @@ mean regret over folds, each fold's, and the weighted share of windows where the
 (in a fixed shuffled order, seed 0) of each fold's training scenarios and scored on the same held-out fold, so the
 rows at growing ``N`` say whether the fit is limited by the number of training scenarios (a regret still falling at
 the full count) or not (flat).
+
+``--switches`` adds, per fitted variant, what acting on the fit would do to the windows of the held-out folds run under
+the first rule (the rule a group starts with): a window *switches* when the best-scored rule is another one whose
+mean predicted ratio beats the first rule's by the recipe's ``switch_margin_frac``; printed are the switched share
+of the window weight, the realized gain (the switched-to rule's ratio less the first rule's) per window of all the
+weight, the mean gain of a switched window, and the share of switched weight that loses (gain below 0) and that
+loses more than 0.3. For an ensemble (``ensemble_members`` above 1) a second line counts only the switches every
+member agrees on (each predicts the switched-to rule above the first), an offline look at whether the members'
+disagreement marks the losing switches; the selector itself acts on the mean alone.
 
 It measures how well the network ranks the rules on scenarios it did not see, one window at a time: not the
 selector's hysteresis, its pool moves or the watchdog, which only an evaluation on the validation split measures.
@@ -61,6 +71,48 @@ def _first(scenarios: list[str], count: int | None) -> set[str]:
     return set(order if count is None else order[:count])
 
 
+LOSS_LINE = 0.3
+"""A switched window losing more than this ratio to the first rule is counted apart (``--switches``)."""
+
+
+def switch_sums(
+    member_ratios: np.ndarray, ratios: np.ndarray, weights: np.ndarray, margin: float, all_agree: bool
+) -> np.ndarray:
+    """Weighted sums over windows of switching off rule 0 (module docstring, ``--switches``).
+
+    Args:
+        member_ratios: each member's predicted goodput ratios ``[members, windows, rules]``.
+        ratios: the realized ratios ``[windows, rules]`` (each rule's windowed goodput over the best rule's).
+        weights: the windows' sample weights.
+        margin: how much the mean predicted ratio of the switched-to rule must beat rule 0's.
+        all_agree: count only the switches every member predicts above rule 0.
+
+    Returns:
+        ``[switched weight, realized gain, losing weight, weight losing more than LOSS_LINE, total weight]``.
+    """
+    mean = member_ratios.mean(0)
+    windows = np.arange(len(mean))
+    pick = mean.argmax(1)
+    switched = (pick != 0) & (mean[windows, pick] - mean[:, 0] > margin)
+    if all_agree:
+        switched &= (member_ratios[:, windows, pick] > member_ratios[:, :, 0]).all(0)
+    gain = ratios[windows, pick] - ratios[:, 0]
+    w = np.where(switched, weights, 0.0)
+    return np.array([w.sum(), (w * gain).sum(), w[gain < 0].sum(), w[gain < -LOSS_LINE].sum(), weights.sum()])
+
+
+def _switch_line(label: str, sums: np.ndarray) -> str:
+    switched, gain, losing, losing_big, total = sums
+    per_switch = gain / switched if switched > 0 else 0.0
+    losing_frac = losing / switched if switched > 0 else 0.0
+    big_frac = losing_big / switched if switched > 0 else 0.0
+    return (
+        f"  {label}: switched {switched / total:.3f} of the weight, gain {gain / total:.4f} per window "
+        f"({per_switch:.3f} per switched window), losing {losing_frac:.3f} of the switched, "
+        f"by more than {LOSS_LINE} {big_frac:.3f}"
+    )
+
+
 def main() -> None:
     """Print the cross-validated regret of each variant (module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -71,6 +123,7 @@ def main() -> None:
     parser.add_argument(
         "--train-scenarios", action="append", type=int, default=[], help="also fit on only this many (learning curve)"
     )
+    parser.add_argument("--switches", action="store_true", help="also what switching off the first rule gains")
     args = parser.parse_args()
     if any(n < 1 for n in args.train_scenarios):
         raise SystemExit(f"--train-scenarios: {min(args.train_scenarios)} is not a positive count")
@@ -94,6 +147,7 @@ def main() -> None:
         fields: dict[str, Any] = {} if text.startswith("constant:") else json.loads(text)
         selector = base.model_copy(update=fields)
         regrets, best_shares = [], []
+        switches = {agree: np.zeros(5) for agree in (False, True)}
         for fold in folds:
             held_out = _labelled(rollouts, fold, selector)
             if text.startswith("constant:"):
@@ -103,6 +157,12 @@ def main() -> None:
                 fit = fit_recipe(train, selector, config.seed)
                 network = SelectorNetwork.from_tensors(fit.tensors, len(selector.rules))
                 pick = network.scores(held_out.inputs).argmax(1)
+                if args.switches:
+                    member_ratios = network.member_ratios(held_out.inputs)
+                    for agree in switches:
+                        switches[agree] += switch_sums(
+                            member_ratios, held_out.ratios, held_out.weights, selector.switch_margin_frac, agree
+                        )
             got = held_out.ratios[np.arange(len(pick)), pick]
             w = held_out.weights
             regrets.append(float(((1.0 - got) * w).sum() / w.sum()))
@@ -113,6 +173,14 @@ def main() -> None:
             f"best rule picked {np.mean(best_shares):.3f}, {time.perf_counter() - start:.0f} s",
             flush=True,
         )
+        if args.switches and not text.startswith("constant:"):
+            print(
+                _switch_line(
+                    f"switches off {selector.rules[0]} (margin {selector.switch_margin_frac})", switches[False]
+                )
+            )
+            if selector.ensemble_members > 1:
+                print(_switch_line("those every member agrees on", switches[True]), flush=True)
 
 
 if __name__ == "__main__":

@@ -429,6 +429,14 @@ class SelectorNetwork:
             return outs[0]
         return _ratio_logits(np.mean([_score_ratios(o) for o in outs], axis=0))
 
+    def member_ratios(self, inputs: np.ndarray) -> np.ndarray:
+        """Each member's predicted goodput ratios ``[members, groups, rules]`` (the sigmoid of its outputs).
+
+        Their mean over members is what :meth:`scores` ranks the rules by; their spread is how much the members
+        disagree (an offline measure: the selector acts on :meth:`scores` alone).
+        """
+        return np.stack([_score_ratios(_member_scores(t, inputs)) for t in self.members])
+
 
 def _member_scores(t: Mapping[str, np.ndarray], inputs: np.ndarray) -> np.ndarray:
     x = (np.asarray(inputs, dtype=np.float32) - t["input.mean"]) / t["input.scale"]

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from agents.selector_data import GroupRollout
 from policies.rule_selector import GROUP_INPUT_WIDTH
@@ -72,3 +73,43 @@ def test_a_count_that_is_not_positive_is_refused_in_one_line(tmp_path: Path) -> 
     out = _run("--experiment", str(recipe), "--rollouts", str(_cache(tmp_path, 4)), "--train-scenarios", "0")
     assert out.returncode != 0
     assert out.stderr.strip().splitlines() == ["--train-scenarios: 0 is not a positive count"]
+
+
+def test_switches_report_what_leaving_the_first_rule_gains_and_what_the_members_agree_on(tmp_path: Path) -> None:
+    recipe = experiment(tmp_path, DEFAULT_FAMILY, rules=RULES, epochs=200, learning_rate=0.02, hidden_width=8)
+    out = _run(
+        "--experiment", str(recipe), "--rollouts", str(_cache(tmp_path, 10)), "--folds", "5", "--switches",
+        "--variant", '{"ensemble_members": 2}',
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    switched = [line for line in lines if line.startswith("  switches off dynamo-legacy")]
+    assert len(switched) == 2  # the recipe as it is and the ensemble variant; none for the constant rule
+    # aggregated is best on the half of the windows where input 0 is 1, by 1.0 against legacy's 0.5: a fit that
+    # learnt the pattern switches on that half and gains 0.25 per window of all the weight, losing on none
+    for line in switched:
+        assert "switched 0.500 of the weight, gain 0.2500 per window (0.500 per switched window)" in line, line
+        assert "losing 0.000 of the switched" in line, line
+    agreed = [line for line in lines if line.startswith("  those every member agrees on")]
+    assert len(agreed) == 1
+    assert "switched 0.500 of the weight" in agreed[0]
+
+
+def test_switch_sums_count_a_switch_only_past_the_margin_and_with_every_member_when_asked() -> None:
+    from tests.script_modules import load_script
+
+    cv = load_script(REPO / "experiments" / "selector_cv.py", "selector_cv_for_switches")
+    # three windows, two rules, two members; realized ratios: rule 1 wins window 0, loses windows 1 and 2
+    members = np.array(
+        [
+            [[0.5, 0.9], [0.5, 0.9], [0.5, 0.52]],  # member 0: rule 1 ahead everywhere (window 2 within the margin)
+            [[0.5, 0.9], [0.6, 0.5], [0.5, 0.52]],  # member 1 disagrees on window 1
+        ]
+    )
+    realized = np.array([[0.5, 1.0], [1.0, 0.6], [1.0, 0.9]])
+    weights = np.ones(3)
+    # the mean: windows 0 and 1 switch (0.9 vs 0.5, 0.7 vs 0.55), window 2 is within the 0.05 margin
+    sums = cv.switch_sums(members, realized, weights, 0.05, False)
+    assert sums.tolist() == pytest.approx([2.0, 0.5 - 0.4, 1.0, 1.0, 3.0])
+    agreed = cv.switch_sums(members, realized, weights, 0.05, True)
+    assert agreed.tolist() == pytest.approx([1.0, 0.5, 0.0, 0.0, 3.0])

@@ -606,6 +606,20 @@ def test_an_ensemble_artifact_loads_and_decides_as_its_members_agree(tmp_path: P
     assert ensemble.chosen_rules() == single.chosen_rules() == {"hot": "aggregated", "cool": "dynamo-legacy"}
 
 
+def test_member_ratios_are_each_members_prediction_and_their_mean_is_what_the_scores_rank() -> None:
+    second = {k: v.copy() for k, v in _tensors().items()}
+    second["out.bias"] = second["out.bias"] + np.array([1.0, -1.0], dtype=np.float32)  # rates rule 0 higher
+    network = SelectorNetwork.from_tensors(_two_members(second), 2)
+    inputs = np.random.default_rng(0).normal(size=(5, GROUP_INPUT_WIDTH)).astype(np.float32)
+    ratios = network.member_ratios(inputs)
+    assert ratios.shape == (2, 5, 2)
+    alone = SelectorNetwork.from_tensors(_tensors(), 2)
+    assert ratios[0] == pytest.approx(1.0 / (1.0 + np.exp(-alone.scores(inputs).astype(np.float64))))
+    assert not np.allclose(ratios[0], ratios[1])
+    mean_logit = np.log(ratios.mean(0) / (1.0 - ratios.mean(0)))
+    assert network.scores(inputs) == pytest.approx(mean_logit)
+
+
 @pytest.mark.parametrize(
     ("manifest", "tensors", "message"),
     [
