@@ -424,10 +424,9 @@ class SelectorNetwork:
         a thousandfold (measured on the live demo: the tenants' prefix-hit fraction, never known in the
         simulator, is known live, and the scores went from about 7 to -1,018 … 374).
         """
-        outs = [_member_scores(t, inputs) for t in self.members]
-        if len(outs) == 1:
-            return outs[0]
-        return _ratio_logits(np.mean([_score_ratios(o) for o in outs], axis=0))
+        if len(self.members) == 1:
+            return _member_scores(self.members[0], inputs)
+        return _ratio_logits(self.member_ratios(inputs).mean(0))
 
     def member_ratios(self, inputs: np.ndarray) -> np.ndarray:
         """Each member's predicted goodput ratios ``[members, groups, rules]`` (the sigmoid of its outputs).

@@ -14,7 +14,7 @@ import typer
 
 from pdctl.commands.lists import parse_seeds
 
-__all__ = ["parse_seeds", "register"]
+__all__ = ["register"]
 
 EXIT_INVALID = 2
 
